@@ -1,0 +1,240 @@
+//! `cargo xtask`: the p2pbuf VM lab.
+//!
+//! Fetches and builds Linux 7.2 with Rust, the project's modules and an initramfs, and runs
+//! the whole stack in QEMU. Every step is idempotent; caches live outside the clone.
+
+mod initramfs;
+mod kernel;
+mod ktap;
+mod modules;
+mod setup;
+mod util;
+mod vm;
+mod vmrun;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use util::{heading, Ctx};
+use vm::{Mode, Topology, VmConfig, VmFiles};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "The p2pbuf VM lab: build Linux 7.2 + modules, run the stack in QEMU")]
+struct Cli {
+    /// Cache directory (kernel tree, build output, tools, VM files).
+    #[arg(long, global = true, env = "P2PBUF_CACHE")]
+    cache: Option<PathBuf>,
+    /// Print every line of every step.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct BuildOpts {
+    /// Build the kernel tree as it is (a developer's branch) instead of applying linux/patches.
+    #[arg(long, env = "P2PBUF_KEEP_TREE")]
+    keep_tree: bool,
+}
+
+#[derive(Args, Clone)]
+struct VmOpts {
+    /// Where the devices sit: behind one PCIe switch, or each on its own root port.
+    #[arg(long, value_enum, default_value = "switch")]
+    topology: Topology,
+    /// Add an intel-iommu (DMA remapping: the THRU_HOST_BRIDGE map path).
+    #[arg(long)]
+    iommu: bool,
+    /// QEMU CPU model (EPYC makes the kernel allow P2P through the host bridge).
+    #[arg(long, default_value = "max")]
+    cpu: String,
+    /// Use KVM instead of TCG (nested KVM hangs on this project's build machines).
+    #[arg(long)]
+    kvm: bool,
+    /// Emulated GPU memory (ivshmem BAR2) in MiB.
+    #[arg(long, default_value_t = 1024)]
+    gpu_mem_mib: u64,
+    /// Extra kernel command line words.
+    #[arg(long)]
+    append: Vec<String>,
+}
+
+impl VmOpts {
+    fn config(&self, mode: Mode) -> VmConfig {
+        VmConfig {
+            topology: self.topology,
+            iommu: self.iommu,
+            kvm: self.kvm,
+            cpu: self.cpu.clone(),
+            gpu_mem_mib: self.gpu_mem_mib,
+            mode,
+            append: self.append.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what is missing: Debian packages, rust-src, bindgen, libclang, Linux 7.2 source.
+    Setup,
+    /// Apply linux/patches to the pristine tree, configure, build bzImage and modules.
+    Kernel(BuildOpts),
+    /// Build exporter-kmod/ and importer/ against the kernel.
+    Modules {
+        /// Build with CLIPPY=1.
+        #[arg(long)]
+        clippy: bool,
+    },
+    /// Pack the initramfs: busybox, modules, tests, tools.
+    Initramfs,
+    /// Boot the VM (builds what is stale first).
+    Vm {
+        #[command(flatten)]
+        build: BuildOpts,
+        #[command(flatten)]
+        vm: VmOpts,
+        /// Drop into an interactive shell in the guest (quit with Ctrl-A X).
+        #[arg(long)]
+        shell: bool,
+    },
+    /// Host unit tests, then the in-VM suite; non-zero on any failure, oops, WARN, leak or hang.
+    Test {
+        #[command(flatten)]
+        build: BuildOpts,
+        #[command(flatten)]
+        vm: VmOpts,
+        /// Skip the host-side `cargo test`.
+        #[arg(long)]
+        no_host: bool,
+        /// Give up on the VM after this many seconds.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+        /// Only run in-VM tests whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
+        #[arg(long, value_parser = ["fail", "warn"])]
+        inject: Option<String>,
+    },
+    /// The main job: boot the lab and walk through the stack, explaining each step.
+    Run {
+        #[command(flatten)]
+        build: BuildOpts,
+        #[command(flatten)]
+        vm: VmOpts,
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+    },
+}
+
+fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
+    setup::setup(ctx)?;
+    kernel::kernel(ctx, &kernel::KernelOpts { keep_tree: b.keep_tree })?;
+    modules::modules(ctx, false)?;
+    let initrd = initramfs::initramfs(ctx)?;
+    Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
+}
+
+fn host_tests(ctx: &Ctx) -> Result<()> {
+    heading("host: cargo test --workspace");
+    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&ctx.root)
+        .args(["test", "--workspace", "--quiet"])
+        .status()?;
+    if !st.success() {
+        bail!("host-side unit tests failed (cargo test --workspace)");
+    }
+    Ok(())
+}
+
+fn vm_test(ctx: &Ctx, files: &VmFiles, vm: &VmOpts, timeout: u64, filter: Option<&str>, inject: Option<&str>) -> Result<()> {
+    let mut cfg = vm.config(Mode::Test);
+    if let Some(f) = filter {
+        cfg.append.push(format!("p2pbuf.filter={f}"));
+    }
+    if let Some(i) = inject {
+        cfg.append.push(format!("p2pbuf.inject={i}"));
+    }
+    heading(&format!(
+        "vm: in-VM suite ({:?} topology{}, cpu {}, TCG; timeout {timeout}s)",
+        cfg.topology,
+        if cfg.iommu { ", intel-iommu" } else { "" },
+        cfg.cpu
+    ));
+    let t = Duration::from_secs(timeout);
+    let w = vmrun::Watch { timeout: t, echo_console: false, print_results: true, label: "test".into() };
+    let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
+    let (p, f, s) = o.parser.counts();
+    let fails = vmrun::failures(&o, t);
+    if let Some(b) = o.boot_to_init {
+        println!("    boot to init: {:.1}s; whole run: {:.1}s", b.as_secs_f64(), o.wall.as_secs_f64());
+    }
+    println!("    console log: {}", o.console_log.display());
+    println!("\x1b[1m{p} passed, {f} failed, {s} skipped\x1b[0m");
+    if !fails.is_empty() {
+        for x in &fails {
+            eprintln!("\x1b[31merror\x1b[0m: {x}");
+        }
+        bail!("{} problem(s) in the VM run; console log: {}", fails.len(), o.console_log.display());
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let start = Instant::now();
+    if let Err(e) = real_main(cli) {
+        eprintln!("\x1b[31merror\x1b[0m: {e:#}");
+        std::process::exit(1);
+    }
+    println!("(took {:.0}s)", start.elapsed().as_secs_f64());
+}
+
+fn real_main(cli: Cli) -> Result<()> {
+    let ctx = Ctx::new(cli.cache, cli.verbose)?;
+    match cli.cmd {
+        Cmd::Setup => setup::setup(&ctx),
+        Cmd::Kernel(b) => kernel::kernel(&ctx, &kernel::KernelOpts { keep_tree: b.keep_tree }),
+        Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
+        Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
+        Cmd::Vm { build, vm, shell } => {
+            let files = build_all(&ctx, &build)?;
+            let cfg = vm.config(if shell { Mode::Shell } else { Mode::Run });
+            files.prepare(&cfg)?;
+            heading("vm: booting (Ctrl-A X quits)");
+            let st = Command::new(vmrun::QEMU).args(vm::qemu_args(&cfg, &files, true)).status()?;
+            if !st.success() {
+                bail!("QEMU exited with {st}");
+            }
+            Ok(())
+        }
+        Cmd::Test { build, vm, no_host, timeout, filter, inject } => {
+            if !no_host {
+                host_tests(&ctx)?;
+            }
+            let files = build_all(&ctx, &build)?;
+            vm_test(&ctx, &files, &vm, timeout, filter.as_deref(), inject.as_deref())
+        }
+        Cmd::Run { build, vm, timeout } => {
+            let files = build_all(&ctx, &build)?;
+            let cfg = vm.config(Mode::Run);
+            heading("run: booting the lab (TCG); the guest narrates from here");
+            let t = Duration::from_secs(timeout);
+            let w = vmrun::Watch { timeout: t, echo_console: true, print_results: false, label: "run".into() };
+            let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+            println!("    console log: {}", o.console_log.display());
+            let mut bad: Vec<String> = o.problems.iter().map(|p| format!("kernel {}: {}", p.kind, p.line)).collect();
+            if o.timed_out {
+                bad.push(format!("hang: no power-off within {timeout}s"));
+            }
+            if !bad.is_empty() {
+                bail!("the run hit trouble: {}", bad.join("; "));
+            }
+            Ok(())
+        }
+    }
+}

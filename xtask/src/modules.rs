@@ -1,0 +1,36 @@
+//! `cargo xtask modules`: builds `exporter-kmod/` and `importer/` out of tree against the
+//! kernel of `cargo xtask kernel`, with build output in the cache (`make M= MO=`).
+
+use crate::util::{heading, run_step, Ctx};
+use anyhow::Result;
+use std::path::PathBuf;
+
+/// The project's out-of-tree modules: (source directory, module name).
+pub const MODULES: &[(&str, &str)] = &[("exporter-kmod", "p2pbuf_exporter"), ("importer", "p2pbuf_importer")];
+
+pub fn module_out(ctx: &Ctx, dir: &str) -> PathBuf {
+    ctx.cache.join("build").join(dir)
+}
+
+/// Paths of the built `.ko` files.
+pub fn module_files(ctx: &Ctx) -> Vec<PathBuf> {
+    MODULES.iter().map(|(d, m)| module_out(ctx, d).join(format!("{m}.ko"))).collect()
+}
+
+pub fn modules(ctx: &Ctx, clippy: bool) -> Result<()> {
+    heading("modules: exporter-kmod, importer");
+    for (dir, _) in MODULES {
+        let out = module_out(ctx, dir);
+        std::fs::create_dir_all(&out)?;
+        let mut m = ctx.kmake()?;
+        m.arg(format!("M={}", ctx.root.join(dir).display()))
+            .arg(format!("MO={}", out.display()))
+            .arg("W=1");
+        if clippy {
+            m.arg("CLIPPY=1");
+        }
+        m.arg("modules");
+        run_step(ctx, &format!("make M={dir}"), "modules", &mut m)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,220 @@
+//! Shared plumbing: where things live (the cache), and running a command as a logged step
+//! with a progress display.
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Everything a subcommand needs to know about where it runs.
+pub struct Ctx {
+    /// Root of the p2pbuf checkout.
+    pub root: PathBuf,
+    /// Cache directory outside the clone (kernel tree, build output, tools, VM files).
+    pub cache: PathBuf,
+    /// Print every line of every step instead of a spinner.
+    pub verbose: bool,
+}
+
+impl Ctx {
+    pub fn new(cache: Option<PathBuf>, verbose: bool) -> Result<Self> {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .context("xtask has no parent directory")?
+            .to_path_buf();
+        let cache = match cache {
+            Some(c) => c,
+            None => match std::env::var_os("XDG_CACHE_HOME") {
+                Some(x) if !x.is_empty() => PathBuf::from(x).join("p2pbuf"),
+                _ => PathBuf::from(
+                    std::env::var_os("HOME").context("neither --cache, XDG_CACHE_HOME nor HOME is set")?,
+                )
+                .join(".cache/p2pbuf"),
+            },
+        };
+        if cache.starts_with(&root) {
+            bail!("the cache ({}) must be outside the checkout ({})", cache.display(), root.display());
+        }
+        fs::create_dir_all(cache.join("logs"))
+            .with_context(|| format!("cannot create the cache directory {}", cache.display()))?;
+        Ok(Self { root, cache, verbose })
+    }
+
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.cache.join("logs").join(format!("{name}.log"))
+    }
+    pub fn tools_bin(&self) -> PathBuf {
+        self.cache.join("tools/bin")
+    }
+    pub fn libclang_dir(&self) -> PathBuf {
+        self.cache.join("tools/libclang/libclang-18.1.1.data/platlib/clang/native")
+    }
+    /// The kernel build directory (`make O=`).
+    pub fn kbuild(&self) -> PathBuf {
+        self.cache.join("build/linux")
+    }
+    pub fn vm_dir(&self) -> PathBuf {
+        self.cache.join("vm")
+    }
+    /// The unpacked kernel tree, as recorded by `setup`.
+    pub fn ksrc(&self) -> Result<PathBuf> {
+        let stamp = self.cache.join("kernel-tree");
+        let name = fs::read_to_string(&stamp)
+            .with_context(|| format!("no kernel tree yet ({} missing): run `cargo xtask setup`", stamp.display()))?;
+        Ok(self.cache.join(name.trim()))
+    }
+    /// A `make` for the kernel tree with the Rust toolchain of the cache on PATH.
+    pub fn kmake(&self) -> Result<Command> {
+        let mut c = Command::new("make");
+        c.current_dir(self.ksrc()?)
+            .arg(format!("O={}", self.kbuild().display()))
+            .env("PATH", self.path_with_tools())
+            .env("LIBCLANG_PATH", self.libclang_dir());
+        Ok(c)
+    }
+    pub fn path_with_tools(&self) -> std::ffi::OsString {
+        let mut paths = vec![self.tools_bin()];
+        if let Some(p) = std::env::var_os("PATH") {
+            paths.extend(std::env::split_paths(&p));
+        }
+        std::env::join_paths(paths).unwrap_or_default()
+    }
+    pub fn jobs(&self) -> usize {
+        std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(3)
+    }
+}
+
+/// Prints a step heading.
+pub fn heading(msg: &str) {
+    println!("\x1b[1m==> {msg}\x1b[0m");
+}
+
+/// Runs `cmd` as the step `title`, its stdout and stderr going to the log `log`.
+///
+/// Shows a spinner with the elapsed time and the latest output line on a terminal, and a
+/// heartbeat line every minute otherwise. On failure prints the end of the log and its path.
+pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<()> {
+    let log_path = ctx.log_path(log);
+    let mut logf = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open log {}", log_path.display()))?;
+    writeln!(logf, "\n### {title}\n### {:?}", cmd)?;
+    let (reader, writer) = std::io::pipe().context("pipe")?;
+    cmd.stdout(writer.try_clone()?).stderr(writer).stdin(std::process::Stdio::null());
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("{title}: cannot start {:?} (is it installed? `cargo xtask setup` installs it)", cmd.get_program()))?;
+    // Drop the pipe's write ends that `cmd` still holds, so that EOF comes when the child exits.
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let tty = std::io::stderr().is_terminal() && !ctx.verbose;
+    let pb = if tty {
+        let pb = ProgressBar::new_spinner();
+        pb.set_style(
+            ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold} [{elapsed}] {wide_msg:.dim}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        pb.set_prefix(title.to_string());
+        pb.enable_steady_tick(Duration::from_millis(120));
+        Some(pb)
+    } else {
+        println!("--> {title} (log: {})", log_path.display());
+        None
+    };
+    let verbose = ctx.verbose;
+    let mut lines = BufReader::new(reader);
+    let mut buf = String::new();
+    let mut next_beat = Duration::from_secs(60);
+    loop {
+        buf.clear();
+        match lines.read_line(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {
+                let _ = logf.write_all(buf.as_bytes());
+                let line = buf.trim_end();
+                if verbose {
+                    println!("    {line}");
+                }
+                if let Some(pb) = &pb {
+                    pb.set_message(line.to_string());
+                } else if start.elapsed() >= next_beat {
+                    println!("    ... {title}: {}s, at: {line}", start.elapsed().as_secs());
+                    next_beat += Duration::from_secs(60);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    let status = child.wait()?;
+    let secs = start.elapsed().as_secs_f64();
+    if let Some(pb) = &pb {
+        pb.finish_and_clear();
+    }
+    if status.success() {
+        println!("    {title}: done in {secs:.1}s");
+        return Ok(());
+    }
+    let _ = writeln!(logf, "### exit: {status}");
+    eprintln!("\x1b[31merror\x1b[0m: {title} failed ({status}) after {secs:.1}s; last lines of the log:");
+    for l in tail(&log_path, 25) {
+        eprintln!("    {l}");
+    }
+    bail!("{title} failed; full log: {}", log_path.display())
+}
+
+/// The last `n` lines of a file.
+pub fn tail(path: &Path, n: usize) -> Vec<String> {
+    let s = fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(n)..].iter().map(|s| s.to_string()).collect()
+}
+
+/// Runs a command and returns its stdout, failing with its stderr.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{:?} failed ({}): {}",
+            cmd,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// SHA-256 over the contents of `files` (in order) and the extra strings.
+pub fn hash_files(files: &[PathBuf], extra: &[&str]) -> Result<String> {
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(f.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default());
+        h.update(fs::read(f).with_context(|| format!("cannot read {}", f.display()))?);
+    }
+    for e in extra {
+        h.update(e.as_bytes());
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A stamp file holding a hash: `fresh` says whether it already holds `hash`.
+pub struct Stamp(pub PathBuf);
+impl Stamp {
+    pub fn fresh(&self, hash: &str) -> bool {
+        fs::read_to_string(&self.0).map(|s| s.trim() == hash).unwrap_or(false)
+    }
+    pub fn set(&self, hash: &str) -> Result<()> {
+        if let Some(d) = self.0.parent() {
+            fs::create_dir_all(d)?;
+        }
+        fs::write(&self.0, hash).with_context(|| format!("cannot write {}", self.0.display()))
+    }
+    pub fn clear(&self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}

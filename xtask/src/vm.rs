@@ -1,0 +1,252 @@
+//! The QEMU command line: the reference topology (one PCIe switch holding the emulated GPU
+//! memory, an NVMe drive with a CMB, the `edu` DMA engine and the NIC), the root-port
+//! topology, and the intel-iommu variant.
+
+use crate::util::Ctx;
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Where the devices sit on the PCIe fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Topology {
+    /// All devices behind one PCIe switch (x3130 upstream + xio3130 downstream ports): P2P
+    /// through the switch, map type BUS_ADDR (nvidia-smi's "PIX").
+    Switch,
+    /// Each device on its own PCIe root port: P2P only through the host bridge, which the
+    /// kernel allows for Zen CPUs (`--cpu EPYC`) and refuses otherwise.
+    Rootports,
+}
+
+/// What the guest's /init does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Test,
+    Run,
+    Shell,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Test => "test",
+            Mode::Run => "run",
+            Mode::Shell => "shell",
+        }
+    }
+}
+
+/// Everything that shapes one VM.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    pub topology: Topology,
+    pub iommu: bool,
+    pub kvm: bool,
+    pub cpu: String,
+    pub smp: u32,
+    pub mem_mib: u32,
+    pub gpu_mem_mib: u64,
+    pub nvme_mib: u64,
+    pub cmb_mib: u32,
+    pub mode: Mode,
+    /// Extra kernel command line words.
+    pub append: Vec<String>,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        Self {
+            topology: Topology::Switch,
+            iommu: false,
+            kvm: false,
+            cpu: "max".into(),
+            smp: 2,
+            mem_mib: 2048,
+            gpu_mem_mib: 1024,
+            nvme_mib: 512,
+            cmb_mib: 64,
+            mode: Mode::Test,
+            append: vec![],
+        }
+    }
+}
+
+/// Files a VM uses.
+pub struct VmFiles {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    /// Backing file of the emulated GPU memory (ivshmem BAR2): the host reads it.
+    pub gpu_mem: PathBuf,
+    pub nvme: PathBuf,
+    /// Second serial port: the in-VM suite writes KTAP here.
+    pub results: PathBuf,
+}
+
+impl VmFiles {
+    pub fn new(ctx: &Ctx, kernel: PathBuf, initrd: PathBuf, node: &str) -> Self {
+        let d = ctx.vm_dir();
+        Self {
+            kernel,
+            initrd,
+            gpu_mem: d.join(format!("{node}gpu-mem.bin")),
+            nvme: d.join(format!("{node}nvme.img")),
+            results: d.join(format!("{node}results.ktap")),
+        }
+    }
+
+    /// Creates (sparse) or resizes the backing files, and empties the results file.
+    pub fn prepare(&self, cfg: &VmConfig) -> Result<()> {
+        for (p, mib) in [(&self.gpu_mem, cfg.gpu_mem_mib), (&self.nvme, cfg.nvme_mib)] {
+            if let Some(d) = p.parent() {
+                fs::create_dir_all(d)?;
+            }
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(p)
+                .with_context(|| format!("cannot create {}", p.display()))?;
+            f.set_len(mib << 20)?;
+        }
+        fs::write(&self.results, "")?;
+        Ok(())
+    }
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// The devices of one VM, on the bus each topology gives them.
+const DEVICES: [&str; 4] = ["gpu", "nvme", "edu", "nic"];
+
+/// Builds the QEMU argument list (without the binary).
+pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<String> {
+    let mut a: Vec<String> = vec![];
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    push(&["-machine", if cfg.iommu { "q35,kernel-irqchip=split" } else { "q35" }]);
+    if cfg.kvm {
+        push(&["-accel", "kvm", "-cpu", "host"]);
+    } else {
+        push(&["-accel", "tcg,thread=multi", "-cpu", &cfg.cpu]);
+    }
+    push(&["-smp", &cfg.smp.to_string(), "-m", &format!("{}M", cfg.mem_mib)]);
+    push(&["-no-reboot", "-nodefaults", "-display", "none"]);
+    push(&["-kernel", &p(&files.kernel), "-initrd", &p(&files.initrd)]);
+    let mut append = vec![
+        "console=ttyS0".to_string(),
+        "panic=-1".into(),
+        "printk.devkmsg=on".into(),
+        format!("p2pbuf.mode={}", cfg.mode.as_str()),
+    ];
+    if cfg.mode == Mode::Run {
+        append.push("loglevel=4".into());
+    }
+    if cfg.iommu {
+        append.push("intel_iommu=on".into());
+    }
+    append.extend(cfg.append.iter().cloned());
+    push(&["-append", &append.join(" ")]);
+    if interactive {
+        push(&["-serial", "mon:stdio"]);
+    } else {
+        push(&["-monitor", "none", "-serial", "stdio"]);
+    }
+    push(&["-serial", &format!("file:{}", p(&files.results))]);
+    if cfg.iommu {
+        push(&["-device", "intel-iommu,intremap=on,caching-mode=on"]);
+    }
+    // Backends.
+    push(&[
+        "-object",
+        &format!("memory-backend-file,id=gpumem,size={}M,mem-path={},share=on", cfg.gpu_mem_mib, p(&files.gpu_mem)),
+    ]);
+    push(&["-drive", &format!("file={},if=none,id=nvme0,format=raw,cache=unsafe", p(&files.nvme))]);
+    push(&["-netdev", "user,id=net0"]);
+    // The fabric: the bus each device plugs into.
+    let buses: Vec<String> = match cfg.topology {
+        Topology::Switch => {
+            push(&["-device", "pcie-root-port,id=rp0,chassis=1,slot=0,bus=pcie.0"]);
+            push(&["-device", "x3130-upstream,id=sw0,bus=rp0"]);
+            (0..DEVICES.len())
+                .map(|i| {
+                    let id = format!("dp{i}");
+                    push(&["-device", &format!("xio3130-downstream,id={id},bus=sw0,chassis={},slot=0", i + 2)]);
+                    id
+                })
+                .collect()
+        }
+        Topology::Rootports => (0..DEVICES.len())
+            .map(|i| {
+                let id = format!("rp{}", i + 1);
+                push(&["-device", &format!("pcie-root-port,id={id},chassis={},slot=0,bus=pcie.0", i + 1)]);
+                id
+            })
+            .collect(),
+    };
+    for (dev, bus) in DEVICES.iter().zip(&buses) {
+        let d = match *dev {
+            "gpu" => format!("ivshmem-plain,memdev=gpumem,bus={bus},id=gpu0"),
+            "nvme" => format!("nvme,serial=p2pbuf-nvme0,drive=nvme0,cmb_size_mb={},bus={bus},id=nvme0", cfg.cmb_mib),
+            "edu" => format!("edu,dma_mask=0xffffffffffffffff,bus={bus},id=edu0"),
+            _ => format!("virtio-net-pci,netdev=net0,bus={bus},id=nic0"),
+        };
+        push(&["-device", &d]);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> VmFiles {
+        VmFiles {
+            kernel: "/c/bzImage".into(),
+            initrd: "/c/initrd".into(),
+            gpu_mem: "/c/gpu".into(),
+            nvme: "/c/nvme".into(),
+            results: "/c/res".into(),
+        }
+    }
+
+    fn joined(cfg: &VmConfig) -> String {
+        qemu_args(cfg, &files(), false).join(" ")
+    }
+
+    #[test]
+    fn switch_topology_puts_every_device_behind_the_switch() {
+        let s = joined(&VmConfig::default());
+        assert!(s.contains("x3130-upstream,id=sw0,bus=rp0"));
+        for d in ["-device ivshmem-plain", "-device nvme,", "-device edu,", "-device virtio-net-pci"] {
+            let i = s.find(d).expect(d);
+            assert!(s[i..].split(' ').next().is_some_and(|x| x.contains("bus=dp")), "{d} not on a downstream port");
+        }
+        assert!(s.contains("dma_mask=0xffffffffffffffff"));
+        assert!(s.contains("share=on"));
+        assert!(s.contains("-accel tcg"));
+        assert!(!s.contains("intel-iommu"));
+    }
+
+    #[test]
+    fn rootports_and_iommu() {
+        let cfg = VmConfig { topology: Topology::Rootports, iommu: true, cpu: "EPYC".into(), ..Default::default() };
+        let s = joined(&cfg);
+        assert!(!s.contains("x3130"));
+        assert_eq!(s.matches("pcie-root-port").count(), 4);
+        assert!(s.contains("intel-iommu"));
+        assert!(s.contains("intel_iommu=on"));
+        assert!(s.contains("-cpu EPYC"));
+        // The IOMMU must come before the devices it translates for.
+        assert!(s.find("intel-iommu").unwrap() < s.find("ivshmem-plain").unwrap());
+    }
+
+    #[test]
+    fn kvm_is_opt_in_and_mode_reaches_init() {
+        let cfg = VmConfig { kvm: true, mode: Mode::Run, ..Default::default() };
+        let s = joined(&cfg);
+        assert!(s.contains("-accel kvm"));
+        assert!(s.contains("p2pbuf.mode=run"));
+    }
+}

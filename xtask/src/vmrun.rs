@@ -1,0 +1,190 @@
+//! Boots a VM and watches it: the console (kernel log) is logged and scanned for oopses,
+//! WARNs and leaks; the second serial port carries the in-VM suite's KTAP, parsed and printed
+//! as results arrive; a hang ends in a stated timeout.
+
+use crate::ktap::{scan_console, Parser, Problem, Status, TestResult};
+use crate::util::Ctx;
+use crate::vm::{qemu_args, VmConfig, VmFiles};
+use anyhow::{Context, Result};
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const QEMU: &str = "qemu-system-x86_64";
+
+/// Marker /init prints first (boot time is measured to it).
+const INIT_MARKER: &str = "p2pbuf-init: started";
+
+/// How a VM run ended.
+pub struct Outcome {
+    pub parser: Parser,
+    pub problems: Vec<Problem>,
+    pub timed_out: bool,
+    pub exit_ok: bool,
+    pub boot_to_init: Option<Duration>,
+    pub wall: Duration,
+    pub console_log: PathBuf,
+}
+
+pub struct Watch {
+    pub timeout: Duration,
+    /// Copy the console to stdout.
+    pub echo_console: bool,
+    /// Print KTAP results as they arrive.
+    pub print_results: bool,
+    pub label: String,
+}
+
+fn spawn(cfg: &VmConfig, files: &VmFiles) -> Result<(Child, mpsc::Receiver<String>)> {
+    let (reader, writer) = std::io::pipe()?;
+    let mut cmd = Command::new(QEMU);
+    cmd.args(qemu_args(cfg, files, false))
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone()?)
+        .stderr(writer);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {QEMU}: run `cargo xtask setup` (Debian package qemu-system-x86)"))?;
+    drop(cmd);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(reader);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(String::from_utf8_lossy(&buf).trim_end().to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    Ok((child, rx))
+}
+
+/// Prints one result line, indented by nesting.
+pub fn print_result(r: &TestResult) {
+    let pad = "  ".repeat(r.depth + 1);
+    let (tag, color) = match r.status {
+        Status::Pass => ("ok  ", "32"),
+        Status::Fail => ("FAIL", "31"),
+        Status::Skip => ("skip", "33"),
+    };
+    let d = if r.directive.is_empty() { String::new() } else { format!("  # {}", r.directive) };
+    println!("{pad}\x1b[{color}m{tag}\x1b[0m {}{d}", r.path);
+}
+
+pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> Result<Outcome> {
+    files.prepare(cfg)?;
+    let console_log = ctx.log_path(&format!("console-{}", w.label));
+    let mut log = fs::File::create(&console_log)?;
+    writeln!(log, "# {QEMU} {}", qemu_args(cfg, files, false).join(" "))?;
+    let start = Instant::now();
+    let (mut child, rx) = spawn(cfg, files)?;
+    let mut parser = Parser::new();
+    let mut problems = vec![];
+    let mut boot_to_init = None;
+    let mut res = fs::File::open(&files.results)?;
+    let mut pending = String::new();
+    let mut pos = 0u64;
+    let mut timed_out = false;
+    let exited;
+    let mut drain_results = |parser: &mut Parser, pending: &mut String, pos: &mut u64, flush: bool| -> Result<()> {
+        res.seek(SeekFrom::Start(*pos))?;
+        let mut more = String::new();
+        let n = res.read_to_string(&mut more)?;
+        *pos += n as u64;
+        pending.push_str(&more.replace('\r', ""));
+        while let Some(i) = pending.find('\n') {
+            let line: String = pending.drain(..=i).collect();
+            if let Some(r) = parser.feed(line.trim_end()) {
+                if w.print_results {
+                    print_result(&r);
+                }
+            }
+        }
+        if flush && !pending.is_empty() {
+            let line = std::mem::take(pending);
+            if let Some(r) = parser.feed(&line) {
+                if w.print_results {
+                    print_result(&r);
+                }
+            }
+        }
+        Ok(())
+    };
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                writeln!(log, "{line}")?;
+                if w.echo_console {
+                    println!("{line}");
+                }
+                if boot_to_init.is_none() && line.contains(INIT_MARKER) {
+                    boot_to_init = Some(start.elapsed());
+                }
+                if let Some(p) = scan_console(&line) {
+                    if !w.echo_console {
+                        println!("  \x1b[31mconsole: {}\x1b[0m: {}", p.kind, p.line);
+                    }
+                    problems.push(p);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                exited = Some(child.wait()?);
+                break;
+            }
+        }
+        drain_results(&mut parser, &mut pending, &mut pos, false)?;
+        if start.elapsed() > w.timeout {
+            timed_out = true;
+            let _ = child.kill();
+            exited = child.wait().ok();
+            break;
+        }
+    }
+    drain_results(&mut parser, &mut pending, &mut pos, true)?;
+    Ok(Outcome {
+        parser,
+        problems,
+        timed_out,
+        exit_ok: exited.map(|s| s.success()).unwrap_or(false),
+        boot_to_init,
+        wall: start.elapsed(),
+        console_log,
+    })
+}
+
+/// Everything that makes a run fail, in words.
+pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
+    let mut f = vec![];
+    for r in o.parser.results.iter().filter(|r| r.status == Status::Fail && r.leaf) {
+        f.push(format!("test failed: {}", r.path));
+    }
+    if o.parser.plan.is_none() {
+        f.push("the in-VM suite never reported a plan (did /init run? see the console log)".into());
+    }
+    let m = o.parser.missing();
+    if m > 0 {
+        f.push(format!("{m} planned test(s) never reported (the VM stopped early)"));
+    }
+    for b in &o.parser.bailed {
+        f.push(format!("suite bailed out: {b}"));
+    }
+    for p in &o.problems {
+        f.push(format!("kernel {} in the console log: {}", p.kind, p.line));
+    }
+    if o.timed_out {
+        f.push(format!("hang: the VM did not finish within {}s and was killed", timeout.as_secs()));
+    } else if !o.exit_ok {
+        f.push("QEMU exited with an error (see the console log)".into());
+    }
+    f
+}
