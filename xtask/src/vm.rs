@@ -221,7 +221,7 @@ mod tests {
         assert!(s.contains("x3130-upstream,id=sw0,bus=rp0"));
         for d in ["-device ivshmem-plain", "-device nvme,", "-device edu,", "-device virtio-net-pci"] {
             let i = s.find(d).expect(d);
-            assert!(s[i..].split(' ').next().is_some_and(|x| x.contains("bus=dp")), "{d} not on a downstream port");
+            assert!(s[i + 8..].split(' ').next().is_some_and(|x| x.contains("bus=dp")), "{d} not on a downstream port");
         }
         assert!(s.contains("dma_mask=0xffffffffffffffff"));
         assert!(s.contains("share=on"));
