@@ -23,6 +23,13 @@ pub struct TestResult {
     path_parts: Vec<String>,
 }
 
+impl TestResult {
+    /// A top-level result made outside the KTAP stream (host-side checks).
+    pub fn new(path: String, status: Status, directive: String) -> Self {
+        Self { path_parts: vec![path.clone()], path, status, directive, leaf: true, depth: 0 }
+    }
+}
+
 #[derive(Default)]
 struct Level {
     /// Name from `# Subtest:` announcing this level (KUnit), if any.

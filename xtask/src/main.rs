@@ -3,6 +3,7 @@
 //! Fetches and builds Linux 7.2 with Rust, the project's modules and an initramfs, and runs
 //! the whole stack in QEMU. Every step is idempotent; caches live outside the clone.
 
+mod hostcheck;
 mod initramfs;
 mod kernel;
 mod ktap;
@@ -168,8 +169,20 @@ fn vm_test(ctx: &Ctx, files: &VmFiles, vm: &VmOpts, timeout: u64, filter: Option
     let t = Duration::from_secs(timeout);
     let w = vmrun::Watch { timeout: t, echo_console: false, print_results: true, label: "test".into() };
     let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
-    let (p, f, s) = o.parser.counts();
-    let fails = vmrun::failures(&o, t);
+    let (mut p, mut f, mut s) = o.parser.counts();
+    let mut fails = vmrun::failures(&o, t);
+    for (name, status, note) in hostcheck::checks(&o.parser, files) {
+        let r = ktap::TestResult::new(name.clone(), status, note.clone());
+        vmrun::print_result(&r);
+        match status {
+            ktap::Status::Pass => p += 1,
+            ktap::Status::Fail => {
+                f += 1;
+                fails.push(format!("{name}: {note}"));
+            }
+            ktap::Status::Skip => s += 1,
+        }
+    }
     if let Some(b) = o.boot_to_init {
         println!("    boot to init: {:.1}s; whole run: {:.1}s", b.as_secs_f64(), o.wall.as_secs_f64());
     }

@@ -95,8 +95,10 @@ impl VmFiles {
         }
     }
 
-    /// Creates (sparse) or resizes the backing files, and empties the results file.
+    /// Creates the backing files (sparse, all zeros: the GPU memory starts blank every boot,
+    /// so what the host finds there was written by this boot), and empties the results file.
     pub fn prepare(&self, cfg: &VmConfig) -> Result<()> {
+        let _ = fs::remove_file(&self.gpu_mem);
         for (p, mib) in [(&self.gpu_mem, cfg.gpu_mem_mib), (&self.nvme, cfg.nvme_mib)] {
             if let Some(d) = p.parent() {
                 fs::create_dir_all(d)?;
@@ -139,6 +141,7 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         "panic=-1".into(),
         "printk.devkmsg=on".into(),
         format!("p2pbuf.mode={}", cfg.mode.as_str()),
+        format!("p2pbuf.topology={}", if cfg.topology == Topology::Switch { "switch" } else { "rootports" }),
     ];
     if cfg.mode == Mode::Run {
         append.push("loglevel=4".into());

@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: GPL-2.0
+# Helpers shared by the in-VM tests and the scenario (sourced, not run).
+
+cmdline_arg() { sed -n "s/.*p2pbuf\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+
+# pci_find VENDOR DEVICE: prints the sysfs path of the first matching PCI function.
+pci_find() {
+	for d in /sys/bus/pci/devices/*; do
+		if [ "$(cat "$d/vendor")" = "$1" ] && [ "$(cat "$d/device")" = "$2" ]; then
+			readlink -f "$d"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# The devices of the lab, by vendor:device.
+GPU_ID="0x1af4 0x1110"   # ivshmem-plain: the emulated GPU memory (BAR2)
+NVME_ID="0x1b36 0x0010"  # QEMU NVMe with a CMB
+EDU_ID="0x1234 0x11e8"   # edu DMA engine: the FPGA stand-in
+NIC_ID="0x1af4 0x1041"   # virtio-net (modern)
+
+# load_modules: insmod the project's modules (idempotent).
+load_modules() {
+	for m in p2pbuf_exporter p2pbuf_importer; do
+		[ -d /sys/module/$m ] || insmod /lib/modules/p2pbuf/$m.ko || return 1
+	done
+}
+
+# KTAP helpers for the tests: each test script is a KTAP document of its own.
+_n=0
+_failed=0
+ktap_plan() { echo "KTAP version 1"; echo "1..$1"; }
+ktap_ok() { _n=$((_n + 1)); echo "ok $_n $*"; }
+ktap_fail() { _n=$((_n + 1)); _failed=1; echo "not ok $_n $*"; }
+ktap_skip() { _n=$((_n + 1)); echo "ok $_n $1 # SKIP $2"; }
+# ktap_check NAME CMD...: ok if CMD succeeds.
+ktap_check() {
+	_name=$1; shift
+	if "$@"; then ktap_ok "$_name"; else ktap_fail "$_name"; fi
+}
+ktap_exit() { exit $_failed; }

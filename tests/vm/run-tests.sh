@@ -1,0 +1,84 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# The in-VM suite: every program in /p2pbuf/tests (kselftests and shell tests), then the KUnit
+# suites (from debugfs) and a final kmemleak scan, as one KTAP document. Each test's own
+# KTAP/TAP output is nested four spaces deep. Exit codes: 0 pass, 4 skip, other fail.
+. /p2pbuf/lib.sh
+filter=$(cmdline_arg filter)
+inject=$(cmdline_arg inject)
+export P2PBUF_TOPOLOGY=$(cmdline_arg topology)
+
+# Leaks from boot are not ours: scan once and forget them before the suite starts.
+if [ -w /sys/kernel/debug/kmemleak ]; then
+	echo scan >/sys/kernel/debug/kmemleak
+	echo clear >/sys/kernel/debug/kmemleak
+fi
+
+tests=""
+for t in /p2pbuf/tests/*; do
+	[ -x "$t" ] || continue
+	case "$(basename "$t")" in *"$filter"*) tests="$tests $t" ;; esac
+done
+suites=""
+for s in /sys/kernel/debug/kunit/*; do
+	[ -f "$s/results" ] || continue
+	case "kunit:$(basename "$s")" in *"$filter"*) suites="$suites $s" ;; esac
+done
+n=1
+for t in $tests $suites; do n=$((n + 1)); done
+[ -n "$inject" ] && n=$((n + 1))
+
+echo "KTAP version 1"
+echo "1..$n"
+i=0
+for t in $tests; do
+	i=$((i + 1))
+	name=$(basename "$t")
+	echo "# running $name" >/dev/kmsg
+	# pipefail keeps the test's exit code through sed.
+	set -o pipefail
+	timeout 600 "$t" 2>&1 | sed 's/^/    /'
+	rc=$?
+	set +o pipefail
+	case $rc in
+	0) echo "ok $i $name" ;;
+	4) echo "ok $i $name # SKIP" ;;
+	143) echo "not ok $i $name # timed out after 600s" ;;
+	*) echo "not ok $i $name # exit code $rc" ;;
+	esac
+done
+for s in $suites; do
+	i=$((i + 1))
+	name="kunit:$(basename "$s")"
+	sed 's/^/    /' "$s/results"
+	# The suite's own verdict is its last unindented result line.
+	if grep -q '^not ok' "$s/results"; then
+		echo "not ok $i $name"
+	elif grep -q '^ok .*# SKIP' "$s/results"; then
+		echo "ok $i $name # SKIP"
+	else
+		echo "ok $i $name"
+	fi
+done
+case "$inject" in
+fail) i=$((i + 1)); echo "not ok $i injected-failure # asked for with --inject fail" ;;
+warn)
+	i=$((i + 1))
+	echo "WARNING: CPU: 0 PID: 1 at injected by cargo xtask test --inject warn" >/dev/kmsg
+	echo "ok $i injected-warn # the console scanner must fail the run"
+	;;
+esac
+i=$((i + 1))
+if [ -w /sys/kernel/debug/kmemleak ]; then
+	echo scan >/sys/kernel/debug/kmemleak
+	echo scan >/sys/kernel/debug/kmemleak
+	leaks=$(cat /sys/kernel/debug/kmemleak)
+	if [ -z "$leaks" ]; then
+		echo "ok $i kmemleak"
+	else
+		echo "$leaks" | sed 's/^/    # /'
+		echo "not ok $i kmemleak # $(echo "$leaks" | grep -c unreferenced) unreferenced object(s)"
+	fi
+else
+	echo "ok $i kmemleak # SKIP no /sys/kernel/debug/kmemleak"
+fi
