@@ -26,12 +26,76 @@ fn read_at(path: &std::path::Path, off: u64, len: usize) -> std::io::Result<Vec<
 }
 
 fn passed(p: &Parser, name: &str) -> Option<bool> {
-    p.results.iter().find(|r| r.path.contains(name)).map(|r| r.status == Status::Pass)
+    p.results
+        .iter()
+        .find(|r| r.path.contains(name))
+        .map(|r| r.status == Status::Pass)
+}
+
+/// A `# hostcheck bar_offset=X len=N seed=S` request printed by tests/selftests/exporter.c.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub offset: u64,
+    pub len: usize,
+    pub seed: u32,
+}
+
+pub fn parse_request(line: &str) -> Option<Request> {
+    let rest = &line[line.find("hostcheck bar_offset=")? + "hostcheck ".len()..];
+    let mut offset = None;
+    let mut len = None;
+    let mut seed = None;
+    for kv in rest.split_whitespace() {
+        match kv.split_once('=')? {
+            ("bar_offset", v) => offset = v.parse().ok(),
+            ("len", v) => len = v.parse().ok(),
+            ("seed", v) => seed = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(Request {
+        offset: offset?,
+        len: len?,
+        seed: seed?,
+    })
+}
+
+/// The exporter selftest's pattern (tests/selftests/exporter.c `pat`).
+fn exporter_pattern(i: usize, seed: u32) -> u8 {
+    (i.wrapping_mul(13)
+        .wrapping_add(seed as usize)
+        .wrapping_add(i >> 12)) as u8
 }
 
 /// Runs the host checks whose in-VM half ran and passed.
 pub fn checks(p: &Parser, files: &VmFiles) -> Vec<Check> {
     let mut out = vec![];
+    for req in p.lines.iter().filter_map(|l| parse_request(l)) {
+        let name = format!(
+            "host: exporter buffer at BAR offset {:#x} ({} bytes) is in the ivshmem backing file",
+            req.offset, req.len
+        );
+        let check = match read_at(&files.gpu_mem, req.offset, req.len) {
+            Ok(buf) => match (0..req.len).find(|&i| buf[i] != exporter_pattern(i, req.seed)) {
+                None => (name, Status::Pass, String::new()),
+                Some(i) => (
+                    name,
+                    Status::Fail,
+                    format!(
+                        "byte {i} is {:#04x}, want {:#04x}",
+                        buf[i],
+                        exporter_pattern(i, req.seed)
+                    ),
+                ),
+            },
+            Err(e) => (
+                name,
+                Status::Fail,
+                format!("cannot read {}: {e}", files.gpu_mem.display()),
+            ),
+        };
+        out.push(check);
+    }
     let name = "host: ivshmem backing file holds the bytes the guest wrote to BAR2".to_string();
     match passed(p, "bar2_write_read_back") {
         Some(true) => match read_at(&files.gpu_mem, LAB_OFFSET, LAB_LEN) {
@@ -42,13 +106,53 @@ pub fn checks(p: &Parser, files: &VmFiles) -> Vec<Check> {
                     Some(i) => out.push((
                         name,
                         Status::Fail,
-                        format!("byte {i} at offset {:#x} is {:#04x}, want {:#04x}", LAB_OFFSET + i as u64, buf[i], lab_pattern(i)),
+                        format!(
+                            "byte {i} at offset {:#x} is {:#04x}, want {:#04x}",
+                            LAB_OFFSET + i as u64,
+                            buf[i],
+                            lab_pattern(i)
+                        ),
                     )),
                 }
             }
-            Err(e) => out.push((name, Status::Fail, format!("cannot read {}: {e}", files.gpu_mem.display()))),
+            Err(e) => out.push((
+                name,
+                Status::Fail,
+                format!("cannot read {}: {e}", files.gpu_mem.display()),
+            )),
         },
-        _ => out.push((name, Status::Skip, "the in-VM half did not run or failed".into())),
+        _ => out.push((
+            name,
+            Status::Skip,
+            "the in-VM half did not run or failed".into(),
+        )),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hostcheck_requests() {
+        assert_eq!(
+            parse_request("    # hostcheck bar_offset=4194304 len=4096 seed=7"),
+            Some(Request {
+                offset: 4194304,
+                len: 4096,
+                seed: 7
+            })
+        );
+        assert_eq!(parse_request("# hostcheck bar_offset=x len=1 seed=1"), None);
+        assert_eq!(parse_request("ok 1 something"), None);
+    }
+
+    #[test]
+    fn pattern_matches_the_c_side() {
+        // pat(i, seed) = (uint8_t)(i * 13 + seed + (i >> 12))
+        assert_eq!(exporter_pattern(0, 5), 5);
+        assert_eq!(exporter_pattern(4096, 0), ((4096 * 13 + 1) & 0xff) as u8);
+        assert_eq!(lab_pattern(1), 10);
+    }
 }

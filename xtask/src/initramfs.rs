@@ -12,7 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Debian tools the guest uses, each with its shared-library closure.
-const TOOLS: &[&str] = &["/usr/bin/lspci", "/usr/sbin/nvme", "/usr/bin/rdma", "/usr/sbin/ip", "/bin/ip"];
+const TOOLS: &[&str] = &[
+    "/usr/bin/lspci",
+    "/usr/sbin/nvme",
+    "/usr/bin/rdma",
+    "/usr/sbin/ip",
+    "/bin/ip",
+];
 
 pub fn initramfs_path(ctx: &Ctx) -> PathBuf {
     ctx.cache.join("build/initramfs.cpio")
@@ -38,7 +44,8 @@ fn copy_into(root: &Path, src: &Path, dest_rel: Option<&Path>) -> Result<()> {
     if let Some(d) = dest.parent() {
         fs::create_dir_all(d)?;
     }
-    fs::copy(src, &dest).with_context(|| format!("cannot copy {} into the initramfs", src.display()))?;
+    fs::copy(src, &dest)
+        .with_context(|| format!("cannot copy {} into the initramfs", src.display()))?;
     Ok(())
 }
 
@@ -65,23 +72,51 @@ fn write_exec(path: &Path, src: &Path) -> Result<()> {
 fn build_selftests(ctx: &Ctx, dest: &Path) -> Result<Vec<String>> {
     let dir = ctx.root.join("tests/selftests");
     let mut names = vec![];
-    let Ok(rd) = fs::read_dir(&dir) else { return Ok(names) };
-    let mut srcs: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "c")).collect();
+    let Ok(rd) = fs::read_dir(&dir) else {
+        return Ok(names);
+    };
+    let mut srcs: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
     srcs.sort();
     let ksrc = ctx.ksrc()?;
     for src in srcs {
-        let name = src.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let name = src
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let mut cc = Command::new("gcc");
-        cc.args(["-static", "-O2", "-g0", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"])
-            .arg(format!("-I{}", ksrc.join("tools/testing/selftests").display()))
-            .arg(format!("-I{}", ksrc.join("usr/include").display()))
-            .arg(format!("-I{}", ctx.kbuild().join("usr/include").display()))
-            .arg(format!("-I{}", ctx.root.join("exporter-kmod/include").display()))
-            .arg("-o")
-            .arg(dest.join(&name))
-            .arg(&src)
-            .arg("-lpthread");
-        run_step(ctx, &format!("cc tests/selftests/{name}.c"), "initramfs", &mut cc)?;
+        cc.args([
+            "-static",
+            "-O2",
+            "-g0",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-D_GNU_SOURCE",
+        ])
+        .arg(format!(
+            "-I{}",
+            ksrc.join("tools/testing/selftests").display()
+        ))
+        .arg(format!("-I{}", ksrc.join("usr/include").display()))
+        .arg(format!("-I{}", ctx.kbuild().join("usr/include").display()))
+        .arg(format!(
+            "-I{}",
+            ctx.root.join("exporter-kmod/include").display()
+        ))
+        .arg("-o")
+        .arg(dest.join(&name))
+        .arg(&src)
+        .arg("-lpthread");
+        run_step(
+            ctx,
+            &format!("cc tests/selftests/{name}.c"),
+            "initramfs",
+            &mut cc,
+        )?;
         names.push(name);
     }
     Ok(names)
@@ -91,20 +126,46 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     heading("initramfs: busybox, modules, tests, tools");
     let root = ctx.cache.join("build/initramfs");
     let _ = fs::remove_dir_all(&root);
-    for d in ["bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "root", "lib/modules/p2pbuf", "p2pbuf/tests", "p2pbuf/bin", "usr/share/misc"] {
+    for d in [
+        "bin",
+        "sbin",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "etc",
+        "root",
+        "lib/modules/p2pbuf",
+        "p2pbuf/tests",
+        "p2pbuf/bin",
+        "usr/share/misc",
+    ] {
         fs::create_dir_all(root.join(d))?;
     }
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"].into_iter().map(Path::new).find(|p| p.exists())
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
         .context("busybox is missing: run `cargo xtask setup` (Debian package busybox-static)")?;
-    if !output(Command::new("file").arg(busybox)).map(|s| s.contains("static")).unwrap_or(true) {
-        bail!("{} is not statically linked: install busybox-static", busybox.display());
+    if !output(Command::new("file").arg(busybox))
+        .map(|s| s.contains("static"))
+        .unwrap_or(true)
+    {
+        bail!(
+            "{} is not statically linked: install busybox-static",
+            busybox.display()
+        );
     }
     write_exec(&root.join("bin/busybox"), busybox)?;
     write_exec(&root.join("init"), &ctx.root.join("tests/vm/init"))?;
     // The in-VM suite: shell tests and the runner.
     for e in fs::read_dir(ctx.root.join("tests/vm"))? {
         let p = e?.path();
-        let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         if name.ends_with(".sh") {
             write_exec(&root.join("p2pbuf").join(&name), &p)?;
         }
@@ -113,7 +174,12 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     if let Ok(rd) = fs::read_dir(&tests_dir) {
         for e in rd {
             let p = e?.path();
-            write_exec(&root.join("p2pbuf/tests").join(p.file_name().unwrap_or_default()), &p)?;
+            write_exec(
+                &root
+                    .join("p2pbuf/tests")
+                    .join(p.file_name().unwrap_or_default()),
+                &p,
+            )?;
         }
     }
     build_selftests(ctx, &root.join("p2pbuf/tests"))?;
@@ -121,7 +187,11 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
         if !ko.exists() {
             bail!("{} is not built: run `cargo xtask modules`", ko.display());
         }
-        copy_into(&root, &ko, Some(&Path::new("lib/modules/p2pbuf").join(ko.file_name().unwrap_or_default())))?;
+        copy_into(
+            &root,
+            &ko,
+            Some(&Path::new("lib/modules/p2pbuf").join(ko.file_name().unwrap_or_default())),
+        )?;
     }
     let mut seen = BTreeSet::new();
     for t in TOOLS.iter().map(Path::new).filter(|p| p.exists()) {
@@ -135,13 +205,17 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
         ctx,
         "pack cpio",
         "initramfs",
-        Command::new("sh")
-            .current_dir(&root)
-            .arg("-c")
-            .arg(format!("find . -print0 | sort -z | cpio --null -o -H newc --quiet -R 0:0 > '{}'", out.display())),
+        Command::new("sh").current_dir(&root).arg("-c").arg(format!(
+            "find . -print0 | sort -z | cpio --null -o -H newc --quiet -R 0:0 > '{}'",
+            out.display()
+        )),
     )?;
     let size = fs::metadata(&out)?.len();
-    println!("    initramfs: {} ({:.1} MiB)", out.display(), size as f64 / 1048576.0);
+    println!(
+        "    initramfs: {} ({:.1} MiB)",
+        out.display(),
+        size as f64 / 1048576.0
+    );
     Ok(out)
 }
 
@@ -154,7 +228,10 @@ mod tests {
         let t = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibpci.so.3 => /lib/x86_64-linux-gnu/libpci.so.3 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n\tlibfoo.so => not found\n";
         assert_eq!(
             parse_ldd(t),
-            vec![PathBuf::from("/lib/x86_64-linux-gnu/libpci.so.3"), PathBuf::from("/lib64/ld-linux-x86-64.so.2")]
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libpci.so.3"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
         );
     }
 }

@@ -20,7 +20,10 @@ pub fn series_files(ctx: &Ctx) -> Result<Vec<PathBuf>> {
     let mut v: Vec<PathBuf> = match fs::read_dir(&dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "patch") && !p.ends_with("0000-cover-letter.patch"))
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "patch")
+                    && !p.ends_with("0000-cover-letter.patch")
+            })
             .collect(),
         Err(_) => vec![],
     };
@@ -48,14 +51,21 @@ fn apply_series(ctx: &Ctx) -> Result<()> {
     let hash = hash_files(&files, &[])?;
     let stamp = Stamp(ctx.cache.join("build/series.sha256"));
     let head_tree = output(git(ctx)?.args(["rev-parse", "HEAD^{tree}"]))?;
-    let dirty = !output(git(ctx)?.args(["status", "--porcelain", "--untracked-files=no"]))?.trim().is_empty();
+    let dirty = !output(git(ctx)?.args(["status", "--porcelain", "--untracked-files=no"]))?
+        .trim()
+        .is_empty();
     let tree_stamp = Stamp(ctx.cache.join("build/series.tree"));
     if stamp.fresh(&hash) && tree_stamp.fresh(head_tree.trim()) && !dirty {
         println!("    series: {} patches, already applied", files.len());
         return Ok(());
     }
     if dirty {
-        output(git(ctx)?.args(["stash", "push", "-m", "saved by cargo xtask kernel before applying the series"]))?;
+        output(git(ctx)?.args([
+            "stash",
+            "push",
+            "-m",
+            "saved by cargo xtask kernel before applying the series",
+        ]))?;
         println!("    the kernel tree had local changes: saved with `git stash` (see `git -C {} stash list`)", ctx.ksrc()?.display());
     }
     stamp.clear();
@@ -63,9 +73,16 @@ fn apply_series(ctx: &Ctx) -> Result<()> {
     if !files.is_empty() {
         let mut am = git(ctx)?;
         am.args(["am", "-q", "--keep-cr"]).args(&files);
-        if let Err(e) = run_step(ctx, &format!("git am {} patches", files.len()), "kernel-series", &mut am) {
+        if let Err(e) = run_step(
+            ctx,
+            &format!("git am {} patches", files.len()),
+            "kernel-series",
+            &mut am,
+        ) {
             let _ = output(git(ctx)?.args(["am", "--abort"]));
-            return Err(e.context("the series in linux/patches does not apply to the pristine tree"));
+            return Err(
+                e.context("the series in linux/patches does not apply to the pristine tree")
+            );
         }
     }
     let tree = output(git(ctx)?.args(["rev-parse", "HEAD^{tree}"]))?;
@@ -80,18 +97,25 @@ pub fn parse_config(text: &str) -> Vec<(String, String)> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim();
-            if let Some(rest) = l.strip_prefix("# ").and_then(|r| r.strip_suffix(" is not set")) {
-                return rest.starts_with("CONFIG_").then(|| (rest.to_string(), "n".to_string()));
+            if let Some(rest) = l
+                .strip_prefix("# ")
+                .and_then(|r| r.strip_suffix(" is not set"))
+            {
+                return rest
+                    .starts_with("CONFIG_")
+                    .then(|| (rest.to_string(), "n".to_string()));
             }
             let (k, v) = l.split_once('=')?;
-            k.starts_with("CONFIG_").then(|| (k.to_string(), v.to_string()))
+            k.starts_with("CONFIG_")
+                .then(|| (k.to_string(), v.to_string()))
         })
         .collect()
 }
 
 /// The fragment's `=y`/`=m` and `=n` requests that the final `.config` does not honour.
 pub fn config_mismatches(fragment: &str, config: &str) -> Vec<String> {
-    let have: std::collections::HashMap<String, String> = parse_config(config).into_iter().collect();
+    let have: std::collections::HashMap<String, String> =
+        parse_config(config).into_iter().collect();
     parse_config(fragment)
         .into_iter()
         .filter(|(k, v)| {
@@ -101,7 +125,12 @@ pub fn config_mismatches(fragment: &str, config: &str) -> Vec<String> {
                 _ => false,
             }
         })
-        .map(|(k, v)| format!("{k}={v} (got {})", have.get(&k).map(String::as_str).unwrap_or("n")))
+        .map(|(k, v)| {
+            format!(
+                "{k}={v} (got {})",
+                have.get(&k).map(String::as_str).unwrap_or("n")
+            )
+        })
         .collect()
 }
 
@@ -116,10 +145,25 @@ fn configure(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
     fs::create_dir_all(ctx.kbuild())?;
-    run_step(ctx, "make rustavailable", "kernel-config", ctx.kmake()?.arg("rustavailable"))
-        .context("the Rust toolchain for the kernel is incomplete: run `cargo xtask setup`")?;
-    run_step(ctx, "make tinyconfig", "kernel-config", ctx.kmake()?.arg("tinyconfig"))?;
-    run_step(ctx, "make kvm_guest.config", "kernel-config", ctx.kmake()?.arg("kvm_guest.config"))?;
+    run_step(
+        ctx,
+        "make rustavailable",
+        "kernel-config",
+        ctx.kmake()?.arg("rustavailable"),
+    )
+    .context("the Rust toolchain for the kernel is incomplete: run `cargo xtask setup`")?;
+    run_step(
+        ctx,
+        "make tinyconfig",
+        "kernel-config",
+        ctx.kmake()?.arg("tinyconfig"),
+    )?;
+    run_step(
+        ctx,
+        "make kvm_guest.config",
+        "kernel-config",
+        ctx.kmake()?.arg("kvm_guest.config"),
+    )?;
     run_step(
         ctx,
         "merge linux/p2pbuf.config",
@@ -131,8 +175,16 @@ fn configure(ctx: &Ctx) -> Result<()> {
             .arg(&dotconfig)
             .arg(&fragment),
     )?;
-    run_step(ctx, "make olddefconfig", "kernel-config", ctx.kmake()?.arg("olddefconfig"))?;
-    let bad = config_mismatches(&fs::read_to_string(&fragment)?, &fs::read_to_string(&dotconfig)?);
+    run_step(
+        ctx,
+        "make olddefconfig",
+        "kernel-config",
+        ctx.kmake()?.arg("olddefconfig"),
+    )?;
+    let bad = config_mismatches(
+        &fs::read_to_string(&fragment)?,
+        &fs::read_to_string(&dotconfig)?,
+    );
     if !bad.is_empty() {
         bail!(
             "linux/p2pbuf.config asks for options that Kconfig dropped (a missing dependency?): {}",
@@ -186,6 +238,9 @@ mod tests {
     fn finds_dropped_options() {
         let frag = "CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=n\n# CONFIG_D is not set\nCONFIG_N=16\n";
         let conf = "CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=y\nCONFIG_N=8\n";
-        assert_eq!(config_mismatches(frag, conf), vec!["CONFIG_B=y (got n)", "CONFIG_C=n (got y)"]);
+        assert_eq!(
+            config_mismatches(frag, conf),
+            vec!["CONFIG_B=y (got n)", "CONFIG_C=n (got y)"]
+        );
     }
 }

@@ -26,7 +26,14 @@ pub struct TestResult {
 impl TestResult {
     /// A top-level result made outside the KTAP stream (host-side checks).
     pub fn new(path: String, status: Status, directive: String) -> Self {
-        Self { path_parts: vec![path.clone()], path, status, directive, leaf: true, depth: 0 }
+        Self {
+            path_parts: vec![path.clone()],
+            path,
+            status,
+            directive,
+            leaf: true,
+            depth: 0,
+        }
     }
 }
 
@@ -49,6 +56,8 @@ pub struct Parser {
     pub results: Vec<TestResult>,
     /// Bail out! lines seen.
     pub bailed: Vec<String>,
+    /// Every line fed, for checks that read diagnostics (`# hostcheck ...`).
+    pub lines: Vec<String>,
 }
 
 /// Strips a printk timestamp (`[    1.234567] `) if there is one.
@@ -57,7 +66,11 @@ pub fn strip_timestamp(line: &str) -> &str {
     if let Some(rest) = t.strip_prefix('[') {
         if let Some(end) = rest.find("] ") {
             let ts = &rest[..end];
-            if !ts.is_empty() && ts.chars().all(|c| c.is_ascii_digit() || c == '.' || c == ' ') {
+            if !ts.is_empty()
+                && ts
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c == '.' || c == ' ')
+            {
                 return &rest[end + 2..];
             }
         }
@@ -121,12 +134,16 @@ fn parse_result(s: &str) -> Option<(bool, String, String)> {
 
 impl Parser {
     pub fn new() -> Self {
-        Self { levels: vec![Level::default()], ..Default::default() }
+        Self {
+            levels: vec![Level::default()],
+            ..Default::default()
+        }
     }
 
     /// Feeds one line; returns the result it completed, if any.
     pub fn feed(&mut self, raw: &str) -> Option<TestResult> {
         let line = strip_timestamp(raw);
+        self.lines.push(line.to_string());
         let (depth, s) = indent_depth(line);
         let s = s.trim_end();
         if let Some(b) = s.strip_prefix("Bail out!") {
@@ -138,7 +155,11 @@ impl Parser {
         }
         if let Some(name) = s.strip_prefix("# Subtest: ") {
             // KTAP v1: the subtest is announced at the indentation of its body.
-            self.levels[depth] = Level { name: Some(name.trim().to_string()), first: self.results.len(), ..Default::default() };
+            self.levels[depth] = Level {
+                name: Some(name.trim().to_string()),
+                first: self.results.len(),
+                ..Default::default()
+            };
             return None;
         }
         if let Some(p) = s.strip_prefix("1..") {
@@ -181,14 +202,26 @@ impl Parser {
         } else {
             Status::Fail
         };
-        let r = TestResult { path: path.join("/"), path_parts: path, status, directive, leaf, depth };
+        let r = TestResult {
+            path: path.join("/"),
+            path_parts: path,
+            status,
+            directive,
+            leaf,
+            depth,
+        };
         self.results.push(r.clone());
         Some(r)
     }
 
     fn parent_names(&self, depth: usize) -> Vec<String> {
         (1..=depth)
-            .map(|d| self.levels.get(d).and_then(|l| l.name.clone()).unwrap_or_else(|| "?".into()))
+            .map(|d| {
+                self.levels
+                    .get(d)
+                    .and_then(|l| l.name.clone())
+                    .unwrap_or_else(|| "?".into())
+            })
             .collect()
     }
 
@@ -258,7 +291,10 @@ pub fn scan_console(raw: &str) -> Option<Problem> {
     PATTERNS
         .iter()
         .find(|(_, p)| line.contains(p))
-        .map(|(k, _)| Problem { kind: k, line: line.to_string() })
+        .map(|(k, _)| Problem {
+            kind: k,
+            line: line.to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -326,9 +362,19 @@ mod tests {
     #[test]
     fn console_scanner_flags_and_allows() {
         assert!(scan_console("[    0.100000] kmemleak: Kernel memory leak detector initialized (mempool available: 16000)").is_none());
-        assert_eq!(scan_console("[   12.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2").map(|p| p.kind), Some("WARN"));
-        assert_eq!(scan_console("[   3.0] BUG: kernel NULL pointer dereference, address: 0").map(|p| p.kind), Some("BUG"));
-        assert_eq!(scan_console("unreferenced object 0xffff888003d1e000 (size 64):").map(|p| p.kind), Some("kmemleak"));
+        assert_eq!(
+            scan_console("[   12.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2").map(|p| p.kind),
+            Some("WARN")
+        );
+        assert_eq!(
+            scan_console("[   3.0] BUG: kernel NULL pointer dereference, address: 0")
+                .map(|p| p.kind),
+            Some("BUG")
+        );
+        assert_eq!(
+            scan_console("unreferenced object 0xffff888003d1e000 (size 64):").map(|p| p.kind),
+            Some("kmemleak")
+        );
         assert!(scan_console("[    1.0] nvme nvme0: 1/0/0 default/read/poll queues").is_none());
     }
 }

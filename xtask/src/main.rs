@@ -22,7 +22,10 @@ use util::{heading, Ctx};
 use vm::{Mode, Topology, VmConfig, VmFiles};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "The p2pbuf VM lab: build Linux 7.2 + modules, run the stack in QEMU")]
+#[command(
+    name = "cargo xtask",
+    about = "The p2pbuf VM lab: build Linux 7.2 + modules, run the stack in QEMU"
+)]
 struct Cli {
     /// Cache directory (kernel tree, build output, tools, VM files).
     #[arg(long, global = true, env = "P2PBUF_CACHE")]
@@ -134,7 +137,12 @@ enum Cmd {
 
 fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
     setup::setup(ctx)?;
-    kernel::kernel(ctx, &kernel::KernelOpts { keep_tree: b.keep_tree })?;
+    kernel::kernel(
+        ctx,
+        &kernel::KernelOpts {
+            keep_tree: b.keep_tree,
+        },
+    )?;
     modules::modules(ctx, false)?;
     let initrd = initramfs::initramfs(ctx)?;
     Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
@@ -152,7 +160,14 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn vm_test(ctx: &Ctx, files: &VmFiles, vm: &VmOpts, timeout: u64, filter: Option<&str>, inject: Option<&str>) -> Result<()> {
+fn vm_test(
+    ctx: &Ctx,
+    files: &VmFiles,
+    vm: &VmOpts,
+    timeout: u64,
+    filter: Option<&str>,
+    inject: Option<&str>,
+) -> Result<()> {
     let mut cfg = vm.config(Mode::Test);
     if let Some(f) = filter {
         cfg.append.push(format!("p2pbuf.filter={f}"));
@@ -167,7 +182,12 @@ fn vm_test(ctx: &Ctx, files: &VmFiles, vm: &VmOpts, timeout: u64, filter: Option
         cfg.cpu
     ));
     let t = Duration::from_secs(timeout);
-    let w = vmrun::Watch { timeout: t, echo_console: false, print_results: true, label: "test".into() };
+    let w = vmrun::Watch {
+        timeout: t,
+        echo_console: false,
+        print_results: true,
+        label: "test".into(),
+    };
     let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
     let (mut p, mut f, mut s) = o.parser.counts();
     let mut fails = vmrun::failures(&o, t);
@@ -184,7 +204,11 @@ fn vm_test(ctx: &Ctx, files: &VmFiles, vm: &VmOpts, timeout: u64, filter: Option
         }
     }
     if let Some(b) = o.boot_to_init {
-        println!("    boot to init: {:.1}s; whole run: {:.1}s", b.as_secs_f64(), o.wall.as_secs_f64());
+        println!(
+            "    boot to init: {:.1}s; whole run: {:.1}s",
+            b.as_secs_f64(),
+            o.wall.as_secs_f64()
+        );
     }
     println!("    console log: {}", o.console_log.display());
     println!("\x1b[1m{p} passed, {f} failed, {s} skipped\x1b[0m");
@@ -192,7 +216,11 @@ fn vm_test(ctx: &Ctx, files: &VmFiles, vm: &VmOpts, timeout: u64, filter: Option
         for x in &fails {
             eprintln!("\x1b[31merror\x1b[0m: {x}");
         }
-        bail!("{} problem(s) in the VM run; console log: {}", fails.len(), o.console_log.display());
+        bail!(
+            "{} problem(s) in the VM run; console log: {}",
+            fails.len(),
+            o.console_log.display()
+        );
     }
     Ok(())
 }
@@ -211,7 +239,12 @@ fn real_main(cli: Cli) -> Result<()> {
     let ctx = Ctx::new(cli.cache, cli.verbose)?;
     match cli.cmd {
         Cmd::Setup => setup::setup(&ctx),
-        Cmd::Kernel(b) => kernel::kernel(&ctx, &kernel::KernelOpts { keep_tree: b.keep_tree }),
+        Cmd::Kernel(b) => kernel::kernel(
+            &ctx,
+            &kernel::KernelOpts {
+                keep_tree: b.keep_tree,
+            },
+        ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
@@ -219,28 +252,53 @@ fn real_main(cli: Cli) -> Result<()> {
             let cfg = vm.config(if shell { Mode::Shell } else { Mode::Run });
             files.prepare(&cfg)?;
             heading("vm: booting (Ctrl-A X quits)");
-            let st = Command::new(vmrun::QEMU).args(vm::qemu_args(&cfg, &files, true)).status()?;
+            let st = Command::new(vmrun::QEMU)
+                .args(vm::qemu_args(&cfg, &files, true))
+                .status()?;
             if !st.success() {
                 bail!("QEMU exited with {st}");
             }
             Ok(())
         }
-        Cmd::Test { build, vm, no_host, timeout, filter, inject } => {
+        Cmd::Test {
+            build,
+            vm,
+            no_host,
+            timeout,
+            filter,
+            inject,
+        } => {
             if !no_host {
                 host_tests(&ctx)?;
             }
             let files = build_all(&ctx, &build)?;
-            vm_test(&ctx, &files, &vm, timeout, filter.as_deref(), inject.as_deref())
+            vm_test(
+                &ctx,
+                &files,
+                &vm,
+                timeout,
+                filter.as_deref(),
+                inject.as_deref(),
+            )
         }
         Cmd::Run { build, vm, timeout } => {
             let files = build_all(&ctx, &build)?;
             let cfg = vm.config(Mode::Run);
             heading("run: booting the lab (TCG); the guest narrates from here");
             let t = Duration::from_secs(timeout);
-            let w = vmrun::Watch { timeout: t, echo_console: true, print_results: false, label: "run".into() };
+            let w = vmrun::Watch {
+                timeout: t,
+                echo_console: true,
+                print_results: false,
+                label: "run".into(),
+            };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
             println!("    console log: {}", o.console_log.display());
-            let mut bad: Vec<String> = o.problems.iter().map(|p| format!("kernel {}: {}", p.kind, p.line)).collect();
+            let mut bad: Vec<String> = o
+                .problems
+                .iter()
+                .map(|p| format!("kernel {}: {}", p.kind, p.line))
+                .collect();
             if o.timed_out {
                 bad.push(format!("hang: no power-off within {timeout}s"));
             }

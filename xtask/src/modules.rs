@@ -6,7 +6,10 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 /// The project's out-of-tree modules: (source directory, module name).
-pub const MODULES: &[(&str, &str)] = &[("exporter-kmod", "p2pbuf_exporter"), ("importer", "p2pbuf_importer")];
+pub const MODULES: &[(&str, &str)] = &[
+    ("exporter-kmod", "p2pbuf_exporter"),
+    ("importer", "p2pbuf_importer"),
+];
 
 pub fn module_out(ctx: &Ctx, dir: &str) -> PathBuf {
     ctx.cache.join("build").join(dir)
@@ -14,7 +17,10 @@ pub fn module_out(ctx: &Ctx, dir: &str) -> PathBuf {
 
 /// Paths of the built `.ko` files.
 pub fn module_files(ctx: &Ctx) -> Vec<PathBuf> {
-    MODULES.iter().map(|(d, m)| module_out(ctx, d).join(format!("{m}.ko"))).collect()
+    MODULES
+        .iter()
+        .map(|(d, m)| module_out(ctx, d).join(format!("{m}.ko")))
+        .collect()
 }
 
 pub fn modules(ctx: &Ctx, clippy: bool) -> Result<()> {

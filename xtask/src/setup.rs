@@ -61,7 +61,9 @@ pub fn setup(ctx: &Ctx) -> Result<()> {
 }
 
 fn is_root() -> bool {
-    output(Command::new("id").arg("-u")).map(|s| s.trim() == "0").unwrap_or(false)
+    output(Command::new("id").arg("-u"))
+        .map(|s| s.trim() == "0")
+        .unwrap_or(false)
 }
 
 /// The command prefix that gets root: nothing, or `sudo -n`; `None` if neither works.
@@ -69,7 +71,11 @@ fn root_prefix() -> Option<Vec<&'static str>> {
     if is_root() {
         return Some(vec![]);
     }
-    let ok = Command::new("sudo").args(["-n", "true"]).output().map(|o| o.status.success()).unwrap_or(false);
+    let ok = Command::new("sudo")
+        .args(["-n", "true"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     ok.then(|| vec!["sudo", "-n"])
 }
 
@@ -107,11 +113,21 @@ fn debian_packages(ctx: &Ctx) -> Result<()> {
         c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         c
     };
-    run_step(ctx, "apt-get update", "setup-apt", &mut apt(&["update", "-q"]))
-        .context("apt-get update failed: is the network (deb.debian.org) reachable?")?;
+    run_step(
+        ctx,
+        "apt-get update",
+        "setup-apt",
+        &mut apt(&["update", "-q"]),
+    )
+    .context("apt-get update failed: is the network (deb.debian.org) reachable?")?;
     let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
     install.args(&missing);
-    run_step(ctx, &format!("apt-get install {list}"), "setup-apt", &mut install)?;
+    run_step(
+        ctx,
+        &format!("apt-get install {list}"),
+        "setup-apt",
+        &mut install,
+    )?;
     Ok(())
 }
 
@@ -122,7 +138,12 @@ fn rust_src(ctx: &Ctx) -> Result<()> {
         println!("    rust-src: present");
         return Ok(());
     }
-    run_step(ctx, "rustup component add rust-src", "setup-rust", Command::new("rustup").args(["component", "add", "rust-src"]))
+    run_step(
+        ctx,
+        "rustup component add rust-src",
+        "setup-rust",
+        Command::new("rustup").args(["component", "add", "rust-src"]),
+    )
 }
 
 fn bindgen(ctx: &Ctx) -> Result<()> {
@@ -138,7 +159,14 @@ fn bindgen(ctx: &Ctx) -> Result<()> {
         &format!("cargo install bindgen-cli {BINDGEN_VERSION} (about 3 min)"),
         "setup-bindgen",
         Command::new("cargo")
-            .args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"])
+            .args([
+                "install",
+                "--locked",
+                "bindgen-cli",
+                "--version",
+                BINDGEN_VERSION,
+                "--root",
+            ])
             .arg(ctx.cache.join("tools")),
     )
 }
@@ -156,19 +184,31 @@ fn libclang(ctx: &Ctx) -> Result<()> {
         &format!("pip download {LIBCLANG_WHEEL}"),
         "setup-libclang",
         Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+            ])
             .arg(&dl)
             .arg(LIBCLANG_WHEEL),
     )?;
-    let wheel = find_file(&dl, |n| n.starts_with("libclang-18.1.1") && n.ends_with(".whl"))?
-        .context("pip downloaded no libclang wheel")?;
+    let wheel = find_file(&dl, |n| {
+        n.starts_with("libclang-18.1.1") && n.ends_with(".whl")
+    })?
+    .context("pip downloaded no libclang wheel")?;
     let dest = ctx.cache.join("tools/libclang");
     fs::create_dir_all(&dest)?;
     run_step(
         ctx,
         "unpack libclang wheel",
         "setup-libclang",
-        Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&dest),
+        Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&dest),
     )?;
     if !so.exists() {
         bail!("the libclang wheel has no {}", so.display());
@@ -220,8 +260,13 @@ pub fn private_apt_update(ctx: &Ctx, opts: &[String]) -> Result<()> {
     if fresh {
         return Ok(());
     }
-    run_step(ctx, "apt-get update (private lists: sid, trixie-backports)", "setup-kernel", Command::new("apt-get").args(opts).arg("update"))
-        .context("could not reach deb.debian.org for the private apt lists")?;
+    run_step(
+        ctx,
+        "apt-get update (private lists: sid, trixie-backports)",
+        "setup-kernel",
+        Command::new("apt-get").args(opts).arg("update"),
+    )
+    .context("could not reach deb.debian.org for the private apt lists")?;
     fs::write(marker, "")?;
     Ok(())
 }
@@ -235,23 +280,50 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     }
     let dl = ctx.cache.join("dl");
     fs::create_dir_all(&dl)?;
-    let deb = match find_file(&dl, |n| n.starts_with("linux-source-7.2_") && n.ends_with(".deb"))? {
+    let deb = match find_file(&dl, |n| {
+        n.starts_with("linux-source-7.2_") && n.ends_with(".deb")
+    })? {
         Some(d) => d,
         None => {
             let opts = private_apt(ctx)?;
             private_apt_update(ctx, &opts)?;
             let pinned = format!("linux-source-7.2={KERNEL_PIN}");
-            let r = run_step(ctx, &format!("apt-get download {pinned}"), "setup-kernel", Command::new("apt-get").args(&opts).arg("download").arg(&pinned).current_dir(&dl));
+            let r = run_step(
+                ctx,
+                &format!("apt-get download {pinned}"),
+                "setup-kernel",
+                Command::new("apt-get")
+                    .args(&opts)
+                    .arg("download")
+                    .arg(&pinned)
+                    .current_dir(&dl),
+            );
             if r.is_err() {
-                println!("    {KERNEL_PIN} is gone from the archive; taking the newest 7.2.y it has");
-                run_step(ctx, "apt-get download linux-source-7.2", "setup-kernel", Command::new("apt-get").args(&opts).args(["download", "linux-source-7.2"]).current_dir(&dl))?;
+                println!(
+                    "    {KERNEL_PIN} is gone from the archive; taking the newest 7.2.y it has"
+                );
+                run_step(
+                    ctx,
+                    "apt-get download linux-source-7.2",
+                    "setup-kernel",
+                    Command::new("apt-get")
+                        .args(&opts)
+                        .args(["download", "linux-source-7.2"])
+                        .current_dir(&dl),
+                )?;
             }
-            find_file(&dl, |n| n.starts_with("linux-source-7.2_") && n.ends_with(".deb"))?
-                .context("apt-get download left no linux-source-7.2 package")?
+            find_file(&dl, |n| {
+                n.starts_with("linux-source-7.2_") && n.ends_with(".deb")
+            })?
+            .context("apt-get download left no linux-source-7.2 package")?
         }
     };
     // linux-source-7.2_7.2.13-1_all.deb -> 7.2.13
-    let fname = deb.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let fname = deb
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
     let version = fname
         .trim_start_matches("linux-source-7.2_")
         .split(['-', '_'])
@@ -263,12 +335,21 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     let x = ctx.cache.join("dl/x");
     let _ = fs::remove_dir_all(&x);
     let _ = fs::remove_dir_all(&tree);
-    run_step(ctx, "dpkg -x linux-source-7.2", "setup-kernel", Command::new("dpkg").arg("-x").arg(&deb).arg(&x))?;
+    run_step(
+        ctx,
+        "dpkg -x linux-source-7.2",
+        "setup-kernel",
+        Command::new("dpkg").arg("-x").arg(&deb).arg(&x),
+    )?;
     run_step(
         ctx,
         "unpack linux-source-7.2.tar.xz (about 30 s)",
         "setup-kernel",
-        Command::new("tar").arg("xf").arg(x.join("usr/src/linux-source-7.2.tar.xz")).arg("-C").arg(&ctx.cache),
+        Command::new("tar")
+            .arg("xf")
+            .arg(x.join("usr/src/linux-source-7.2.tar.xz"))
+            .arg("-C")
+            .arg(&ctx.cache),
     )?;
     fs::rename(ctx.cache.join("linux-source-7.2"), &tree)?;
     let _ = fs::remove_dir_all(&x);
@@ -278,22 +359,65 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     let git = |args: &[&str]| -> Command {
         let mut c = Command::new("git");
         c.current_dir(&tree)
-            .args(["-c", "user.name=p2pbuf xtask", "-c", "user.email=xtask@p2pbuf.invalid", "-c", "core.hooksPath=/dev/null"])
+            .args([
+                "-c",
+                "user.name=p2pbuf xtask",
+                "-c",
+                "user.email=xtask@p2pbuf.invalid",
+                "-c",
+                "core.hooksPath=/dev/null",
+            ])
             .args(args);
         c
     };
-    run_step(ctx, "git init kernel tree", "setup-kernel", &mut git(&["init", "-q", "-b", "pristine"]))?;
-    run_step(ctx, "git add kernel tree (about 1 min)", "setup-kernel", &mut git(&["add", "-f", "-A"]))?;
+    run_step(
+        ctx,
+        "git init kernel tree",
+        "setup-kernel",
+        &mut git(&["init", "-q", "-b", "pristine"]),
+    )?;
+    run_step(
+        ctx,
+        "git add kernel tree (about 1 min)",
+        "setup-kernel",
+        &mut git(&["add", "-f", "-A"]),
+    )?;
     let msg = format!("Linux {version} (Debian {fname})");
-    run_step(ctx, "git commit pristine tree", "setup-kernel", &mut git(&["commit", "-q", "-m", &msg]))?;
-    run_step(ctx, "git tag", "setup-kernel", &mut git(&["tag", &format!("v{version}")]))?;
+    run_step(
+        ctx,
+        "git commit pristine tree",
+        "setup-kernel",
+        &mut git(&["commit", "-q", "-m", &msg]),
+    )?;
+    run_step(
+        ctx,
+        "git tag",
+        "setup-kernel",
+        &mut git(&["tag", &format!("v{version}")]),
+    )?;
     let gi = tree.join(".gitignore");
     let s = fs::read_to_string(&gi)?;
     if let Some(i) = s.find("#\n# Debian packaging") {
         fs::write(&gi, &s[..i])?;
-        run_step(ctx, "git commit ignore fix", "setup-kernel", &mut git(&["commit", "-q", "-a", "-m", "p2pbuf: drop Debian's top-level ignore so series files are tracked"]))?;
+        run_step(
+            ctx,
+            "git commit ignore fix",
+            "setup-kernel",
+            &mut git(&[
+                "commit",
+                "-q",
+                "-a",
+                "-m",
+                "p2pbuf: drop Debian's top-level ignore so series files are tracked",
+            ]),
+        )?;
     }
-    run_step(ctx, "git tag p2pbuf-base", "setup-kernel", &mut git(&["tag", "p2pbuf-base"]))?;
+    run_step(
+        ctx,
+        "git tag p2pbuf-base",
+        "setup-kernel",
+        &mut git(&["tag", "p2pbuf-base"]),
+    )?;
     fs::write(ctx.cache.join("kernel-tree"), &name)?;
     println!("    kernel tree: {}", tree.display());
     Ok(())

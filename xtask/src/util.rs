@@ -31,17 +31,26 @@ impl Ctx {
             None => match std::env::var_os("XDG_CACHE_HOME") {
                 Some(x) if !x.is_empty() => PathBuf::from(x).join("p2pbuf"),
                 _ => PathBuf::from(
-                    std::env::var_os("HOME").context("neither --cache, XDG_CACHE_HOME nor HOME is set")?,
+                    std::env::var_os("HOME")
+                        .context("neither --cache, XDG_CACHE_HOME nor HOME is set")?,
                 )
                 .join(".cache/p2pbuf"),
             },
         };
         if cache.starts_with(&root) {
-            bail!("the cache ({}) must be outside the checkout ({})", cache.display(), root.display());
+            bail!(
+                "the cache ({}) must be outside the checkout ({})",
+                cache.display(),
+                root.display()
+            );
         }
         fs::create_dir_all(cache.join("logs"))
             .with_context(|| format!("cannot create the cache directory {}", cache.display()))?;
-        Ok(Self { root, cache, verbose })
+        Ok(Self {
+            root,
+            cache,
+            verbose,
+        })
     }
 
     pub fn log_path(&self, name: &str) -> PathBuf {
@@ -51,7 +60,8 @@ impl Ctx {
         self.cache.join("tools/bin")
     }
     pub fn libclang_dir(&self) -> PathBuf {
-        self.cache.join("tools/libclang/libclang-18.1.1.data/platlib/clang/native")
+        self.cache
+            .join("tools/libclang/libclang-18.1.1.data/platlib/clang/native")
     }
     /// The kernel build directory (`make O=`).
     pub fn kbuild(&self) -> PathBuf {
@@ -63,8 +73,12 @@ impl Ctx {
     /// The unpacked kernel tree, as recorded by `setup`.
     pub fn ksrc(&self) -> Result<PathBuf> {
         let stamp = self.cache.join("kernel-tree");
-        let name = fs::read_to_string(&stamp)
-            .with_context(|| format!("no kernel tree yet ({} missing): run `cargo xtask setup`", stamp.display()))?;
+        let name = fs::read_to_string(&stamp).with_context(|| {
+            format!(
+                "no kernel tree yet ({} missing): run `cargo xtask setup`",
+                stamp.display()
+            )
+        })?;
         Ok(self.cache.join(name.trim()))
     }
     /// A `make` for the kernel tree with the Rust toolchain of the cache on PATH.
@@ -84,7 +98,9 @@ impl Ctx {
         std::env::join_paths(paths).unwrap_or_default()
     }
     pub fn jobs(&self) -> usize {
-        std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(3)
+        std::thread::available_parallelism()
+            .map(|n| n.get() + 1)
+            .unwrap_or(3)
     }
 }
 
@@ -106,19 +122,27 @@ pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<
         .with_context(|| format!("cannot open log {}", log_path.display()))?;
     writeln!(logf, "\n### {title}\n### {:?}", cmd)?;
     let (reader, writer) = std::io::pipe().context("pipe")?;
-    cmd.stdout(writer.try_clone()?).stderr(writer).stdin(std::process::Stdio::null());
+    cmd.stdout(writer.try_clone()?)
+        .stderr(writer)
+        .stdin(std::process::Stdio::null());
     let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("{title}: cannot start {:?} (is it installed? `cargo xtask setup` installs it)", cmd.get_program()))?;
+    let mut child = cmd.spawn().with_context(|| {
+        format!(
+            "{title}: cannot start {:?} (is it installed? `cargo xtask setup` installs it)",
+            cmd.get_program()
+        )
+    })?;
     // Drop the pipe's write ends that `cmd` still holds, so that EOF comes when the child exits.
-    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
     let tty = std::io::stderr().is_terminal() && !ctx.verbose;
     let pb = if tty {
         let pb = ProgressBar::new_spinner();
         pb.set_style(
-            ProgressStyle::with_template("{spinner:.cyan} {prefix:.bold} [{elapsed}] {wide_msg:.dim}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ProgressStyle::with_template(
+                "{spinner:.cyan} {prefix:.bold} [{elapsed}] {wide_msg:.dim}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         pb.set_prefix(title.to_string());
         pb.enable_steady_tick(Duration::from_millis(120));
@@ -144,7 +168,10 @@ pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<
                 if let Some(pb) = &pb {
                     pb.set_message(line.to_string());
                 } else if start.elapsed() >= next_beat {
-                    println!("    ... {title}: {}s, at: {line}", start.elapsed().as_secs());
+                    println!(
+                        "    ... {title}: {}s, at: {line}",
+                        start.elapsed().as_secs()
+                    );
                     next_beat += Duration::from_secs(60);
                 }
             }
@@ -161,7 +188,9 @@ pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<
         return Ok(());
     }
     let _ = writeln!(logf, "### exit: {status}");
-    eprintln!("\x1b[31merror\x1b[0m: {title} failed ({status}) after {secs:.1}s; last lines of the log:");
+    eprintln!(
+        "\x1b[31merror\x1b[0m: {title} failed ({status}) after {secs:.1}s; last lines of the log:"
+    );
     for l in tail(&log_path, 25) {
         eprintln!("    {l}");
     }
@@ -172,12 +201,17 @@ pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
     let s = fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = s.lines().collect();
-    v[v.len().saturating_sub(n)..].iter().map(|s| s.to_string()).collect()
+    v[v.len().saturating_sub(n)..]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// Runs a command and returns its stdout, failing with its stderr.
 pub fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
     if !out.status.success() {
         bail!(
             "{:?} failed ({}): {}",
@@ -193,7 +227,11 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 pub fn hash_files(files: &[PathBuf], extra: &[&str]) -> Result<String> {
     let mut h = Sha256::new();
     for f in files {
-        h.update(f.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default());
+        h.update(
+            f.file_name()
+                .map(|n| n.as_encoded_bytes())
+                .unwrap_or_default(),
+        );
         h.update(fs::read(f).with_context(|| format!("cannot read {}", f.display()))?);
     }
     for e in extra {
@@ -206,7 +244,9 @@ pub fn hash_files(files: &[PathBuf], extra: &[&str]) -> Result<String> {
 pub struct Stamp(pub PathBuf);
 impl Stamp {
     pub fn fresh(&self, hash: &str) -> bool {
-        fs::read_to_string(&self.0).map(|s| s.trim() == hash).unwrap_or(false)
+        fs::read_to_string(&self.0)
+            .map(|s| s.trim() == hash)
+            .unwrap_or(false)
     }
     pub fn set(&self, hash: &str) -> Result<()> {
         if let Some(d) = self.0.parent() {

@@ -127,13 +127,25 @@ const DEVICES: [&str; 4] = ["gpu", "nvme", "edu", "nic"];
 pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<String> {
     let mut a: Vec<String> = vec![];
     let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
-    push(&["-machine", if cfg.iommu { "q35,kernel-irqchip=split" } else { "q35" }]);
+    push(&[
+        "-machine",
+        if cfg.iommu {
+            "q35,kernel-irqchip=split"
+        } else {
+            "q35"
+        },
+    ]);
     if cfg.kvm {
         push(&["-accel", "kvm", "-cpu", "host"]);
     } else {
         push(&["-accel", "tcg,thread=multi", "-cpu", &cfg.cpu]);
     }
-    push(&["-smp", &cfg.smp.to_string(), "-m", &format!("{}M", cfg.mem_mib)]);
+    push(&[
+        "-smp",
+        &cfg.smp.to_string(),
+        "-m",
+        &format!("{}M", cfg.mem_mib),
+    ]);
     push(&["-no-reboot", "-nodefaults", "-display", "none"]);
     push(&["-kernel", &p(&files.kernel), "-initrd", &p(&files.initrd)]);
     let mut append = vec![
@@ -141,7 +153,14 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         "panic=-1".into(),
         "printk.devkmsg=on".into(),
         format!("p2pbuf.mode={}", cfg.mode.as_str()),
-        format!("p2pbuf.topology={}", if cfg.topology == Topology::Switch { "switch" } else { "rootports" }),
+        format!(
+            "p2pbuf.topology={}",
+            if cfg.topology == Topology::Switch {
+                "switch"
+            } else {
+                "rootports"
+            }
+        ),
     ];
     if cfg.mode == Mode::Run {
         append.push("loglevel=4".into());
@@ -163,19 +182,38 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
     // Backends.
     push(&[
         "-object",
-        &format!("memory-backend-file,id=gpumem,size={}M,mem-path={},share=on", cfg.gpu_mem_mib, p(&files.gpu_mem)),
+        &format!(
+            "memory-backend-file,id=gpumem,size={}M,mem-path={},share=on",
+            cfg.gpu_mem_mib,
+            p(&files.gpu_mem)
+        ),
     ]);
-    push(&["-drive", &format!("file={},if=none,id=nvme0,format=raw,cache=unsafe", p(&files.nvme))]);
+    push(&[
+        "-drive",
+        &format!(
+            "file={},if=none,id=nvme0,format=raw,cache=unsafe",
+            p(&files.nvme)
+        ),
+    ]);
     push(&["-netdev", "user,id=net0"]);
     // The fabric: the bus each device plugs into.
     let buses: Vec<String> = match cfg.topology {
         Topology::Switch => {
-            push(&["-device", "pcie-root-port,id=rp0,chassis=1,slot=0,bus=pcie.0"]);
+            push(&[
+                "-device",
+                "pcie-root-port,id=rp0,chassis=1,slot=0,bus=pcie.0",
+            ]);
             push(&["-device", "x3130-upstream,id=sw0,bus=rp0"]);
             (0..DEVICES.len())
                 .map(|i| {
                     let id = format!("dp{i}");
-                    push(&["-device", &format!("xio3130-downstream,id={id},bus=sw0,chassis={},slot=0", i + 2)]);
+                    push(&[
+                        "-device",
+                        &format!(
+                            "xio3130-downstream,id={id},bus=sw0,chassis={},slot=0",
+                            i + 2
+                        ),
+                    ]);
                     id
                 })
                 .collect()
@@ -183,7 +221,10 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         Topology::Rootports => (0..DEVICES.len())
             .map(|i| {
                 let id = format!("rp{}", i + 1);
-                push(&["-device", &format!("pcie-root-port,id={id},chassis={},slot=0,bus=pcie.0", i + 1)]);
+                push(&[
+                    "-device",
+                    &format!("pcie-root-port,id={id},chassis={},slot=0,bus=pcie.0", i + 1),
+                ]);
                 id
             })
             .collect(),
@@ -191,7 +232,10 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
     for (dev, bus) in DEVICES.iter().zip(&buses) {
         let d = match *dev {
             "gpu" => format!("ivshmem-plain,memdev=gpumem,bus={bus},id=gpu0"),
-            "nvme" => format!("nvme,serial=p2pbuf-nvme0,drive=nvme0,cmb_size_mb={},bus={bus},id=nvme0", cfg.cmb_mib),
+            "nvme" => format!(
+                "nvme,serial=p2pbuf-nvme0,drive=nvme0,cmb_size_mb={},bus={bus},id=nvme0",
+                cfg.cmb_mib
+            ),
             "edu" => format!("edu,dma_mask=0xffffffffffffffff,bus={bus},id=edu0"),
             _ => format!("virtio-net-pci,netdev=net0,bus={bus},id=nic0"),
         };
@@ -222,9 +266,20 @@ mod tests {
     fn switch_topology_puts_every_device_behind_the_switch() {
         let s = joined(&VmConfig::default());
         assert!(s.contains("x3130-upstream,id=sw0,bus=rp0"));
-        for d in ["-device ivshmem-plain", "-device nvme,", "-device edu,", "-device virtio-net-pci"] {
+        for d in [
+            "-device ivshmem-plain",
+            "-device nvme,",
+            "-device edu,",
+            "-device virtio-net-pci",
+        ] {
             let i = s.find(d).expect(d);
-            assert!(s[i + 8..].split(' ').next().is_some_and(|x| x.contains("bus=dp")), "{d} not on a downstream port");
+            assert!(
+                s[i + 8..]
+                    .split(' ')
+                    .next()
+                    .is_some_and(|x| x.contains("bus=dp")),
+                "{d} not on a downstream port"
+            );
         }
         assert!(s.contains("dma_mask=0xffffffffffffffff"));
         assert!(s.contains("share=on"));
@@ -234,7 +289,12 @@ mod tests {
 
     #[test]
     fn rootports_and_iommu() {
-        let cfg = VmConfig { topology: Topology::Rootports, iommu: true, cpu: "EPYC".into(), ..Default::default() };
+        let cfg = VmConfig {
+            topology: Topology::Rootports,
+            iommu: true,
+            cpu: "EPYC".into(),
+            ..Default::default()
+        };
         let s = joined(&cfg);
         assert!(!s.contains("x3130"));
         assert_eq!(s.matches("pcie-root-port").count(), 4);
@@ -247,7 +307,11 @@ mod tests {
 
     #[test]
     fn kvm_is_opt_in_and_mode_reaches_init() {
-        let cfg = VmConfig { kvm: true, mode: Mode::Run, ..Default::default() };
+        let cfg = VmConfig {
+            kvm: true,
+            mode: Mode::Run,
+            ..Default::default()
+        };
         let s = joined(&cfg);
         assert!(s.contains("-accel kvm"));
         assert!(s.contains("p2pbuf.mode=run"));

@@ -45,9 +45,9 @@ fn spawn(cfg: &VmConfig, files: &VmFiles) -> Result<(Child, mpsc::Receiver<Strin
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer);
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {QEMU}: run `cargo xtask setup` (Debian package qemu-system-x86)"))?;
+    let child = cmd.spawn().with_context(|| {
+        format!("cannot start {QEMU}: run `cargo xtask setup` (Debian package qemu-system-x86)")
+    })?;
     drop(cmd);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -58,7 +58,10 @@ fn spawn(cfg: &VmConfig, files: &VmFiles) -> Result<(Child, mpsc::Receiver<Strin
             match r.read_until(b'\n', &mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
-                    if tx.send(String::from_utf8_lossy(&buf).trim_end().to_string()).is_err() {
+                    if tx
+                        .send(String::from_utf8_lossy(&buf).trim_end().to_string())
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -76,7 +79,11 @@ pub fn print_result(r: &TestResult) {
         Status::Fail => ("FAIL", "31"),
         Status::Skip => ("skip", "33"),
     };
-    let d = if r.directive.is_empty() { String::new() } else { format!("  # {}", r.directive) };
+    let d = if r.directive.is_empty() {
+        String::new()
+    } else {
+        format!("  # {}", r.directive)
+    };
     println!("{pad}\x1b[{color}m{tag}\x1b[0m {}{d}", r.path);
 }
 
@@ -95,30 +102,31 @@ pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> 
     let mut pos = 0u64;
     let mut timed_out = false;
     let exited;
-    let mut drain_results = |parser: &mut Parser, pending: &mut String, pos: &mut u64, flush: bool| -> Result<()> {
-        res.seek(SeekFrom::Start(*pos))?;
-        let mut more = String::new();
-        let n = res.read_to_string(&mut more)?;
-        *pos += n as u64;
-        pending.push_str(&more.replace('\r', ""));
-        while let Some(i) = pending.find('\n') {
-            let line: String = pending.drain(..=i).collect();
-            if let Some(r) = parser.feed(line.trim_end()) {
-                if w.print_results {
-                    print_result(&r);
+    let mut drain_results =
+        |parser: &mut Parser, pending: &mut String, pos: &mut u64, flush: bool| -> Result<()> {
+            res.seek(SeekFrom::Start(*pos))?;
+            let mut more = String::new();
+            let n = res.read_to_string(&mut more)?;
+            *pos += n as u64;
+            pending.push_str(&more.replace('\r', ""));
+            while let Some(i) = pending.find('\n') {
+                let line: String = pending.drain(..=i).collect();
+                if let Some(r) = parser.feed(line.trim_end()) {
+                    if w.print_results {
+                        print_result(&r);
+                    }
                 }
             }
-        }
-        if flush && !pending.is_empty() {
-            let line = std::mem::take(pending);
-            if let Some(r) = parser.feed(&line) {
-                if w.print_results {
-                    print_result(&r);
+            if flush && !pending.is_empty() {
+                let line = std::mem::take(pending);
+                if let Some(r) = parser.feed(&line) {
+                    if w.print_results {
+                        print_result(&r);
+                    }
                 }
             }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(line) => {
@@ -165,7 +173,12 @@ pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> 
 /// Everything that makes a run fail, in words.
 pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
     let mut f = vec![];
-    for r in o.parser.results.iter().filter(|r| r.status == Status::Fail && r.leaf) {
+    for r in o
+        .parser
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Fail && r.leaf)
+    {
         f.push(format!("test failed: {}", r.path));
     }
     if o.parser.plan.is_none() {
@@ -173,7 +186,9 @@ pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
     }
     let m = o.parser.missing();
     if m > 0 {
-        f.push(format!("{m} planned test(s) never reported (the VM stopped early)"));
+        f.push(format!(
+            "{m} planned test(s) never reported (the VM stopped early)"
+        ));
     }
     for b in &o.parser.bailed {
         f.push(format!("suite bailed out: {b}"));
@@ -182,7 +197,10 @@ pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
         f.push(format!("kernel {} in the console log: {}", p.kind, p.line));
     }
     if o.timed_out {
-        f.push(format!("hang: the VM did not finish within {}s and was killed", timeout.as_secs()));
+        f.push(format!(
+            "hang: the VM did not finish within {}s and was killed",
+            timeout.as_secs()
+        ));
     } else if !o.exit_ok {
         f.push("QEMU exited with an error (see the console log)".into());
     }
