@@ -46,7 +46,7 @@ fn git(ctx: &Ctx) -> Result<Command> {
 
 /// Puts the tree at `p2pbuf-base` + the series, touching only files that differ (so the
 /// build stays incremental). Local changes are stashed, never dropped.
-fn apply_series(ctx: &Ctx) -> Result<()> {
+pub fn apply_series(ctx: &Ctx) -> Result<()> {
     let files = series_files(ctx)?;
     let hash = hash_files(&files, &[])?;
     let stamp = Stamp(ctx.cache.join("build/series.sha256"));

@@ -8,6 +8,7 @@ mod initramfs;
 mod kernel;
 mod ktap;
 mod modules;
+mod patches;
 mod setup;
 mod util;
 mod vm;
@@ -123,6 +124,18 @@ enum Cmd {
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
         #[arg(long, value_parser = ["fail", "warn"])]
         inject: Option<String>,
+    },
+    /// The kernel series as format-patch files with a cover letter, checkpatch --strict.
+    Patches {
+        /// Where to write the series.
+        #[arg(long, default_value = "target/patches")]
+        out: PathBuf,
+        /// First export this kernel-tree branch (e.g. p2pbuf) into linux/patches.
+        #[arg(long)]
+        update_from: Option<String>,
+        /// Apply each patch with git am to a pristine worktree and build after each one.
+        #[arg(long)]
+        build_each: bool,
     },
     /// The main job: boot the lab and walk through the stack, explaining each step.
     Run {
@@ -279,6 +292,25 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout,
                 filter.as_deref(),
                 inject.as_deref(),
+            )
+        }
+        Cmd::Patches {
+            out,
+            update_from,
+            build_each,
+        } => {
+            let out = if out.is_absolute() {
+                out
+            } else {
+                ctx.root.join(out)
+            };
+            patches::patches(
+                &ctx,
+                &patches::PatchOpts {
+                    out,
+                    update_from,
+                    build_each,
+                },
             )
         }
         Cmd::Run { build, vm, timeout } => {
