@@ -18,7 +18,49 @@ const TOOLS: &[&str] = &[
     "/usr/bin/rdma",
     "/usr/sbin/ip",
     "/bin/ip",
+    "/usr/bin/ib_write_bw",
+    "/usr/bin/ib_write_lat",
+    "/usr/bin/ib_read_bw",
+    "/usr/bin/ib_send_bw",
 ];
+
+/// Utilities from the project's rdma-core build.
+const RDMA_TOOLS: &[&str] = &[
+    "ibv_devinfo",
+    "ibv_devices",
+    "ibv_rc_pingpong",
+    "rping",
+    "rdma_server",
+    "rdma_client",
+    "udaddy",
+];
+
+/// rdma-core from `cargo xtask rdma-core` (libibverbs, librdmacm, providers, their config,
+/// utilities) over whatever Debian copies the ldd closures brought.
+fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
+    let stage = crate::rdma::staging(ctx);
+    if !stage.join("usr/bin/ibv_devinfo").exists() {
+        bail!("rdma-core is not built: run `cargo xtask rdma-core`");
+    }
+    for t in RDMA_TOOLS {
+        let bin = stage.join("usr/bin").join(t);
+        if bin.exists() {
+            copy_with_libs(root, &bin, Some(&Path::new("usr/bin").join(t)), seen)?;
+        }
+    }
+    for (from, to) in [("usr/lib", "usr"), ("etc", ".")] {
+        run_step(
+            ctx,
+            &format!("copy rdma-core {from}"),
+            "initramfs",
+            Command::new("cp")
+                .args(["-a", "--remove-destination"])
+                .arg(stage.join(from))
+                .arg(root.join(to)),
+        )?;
+    }
+    Ok(())
+}
 
 pub fn initramfs_path(ctx: &Ctx) -> PathBuf {
     ctx.cache.join("build/initramfs.cpio")
@@ -50,8 +92,13 @@ fn copy_into(root: &Path, src: &Path, dest_rel: Option<&Path>) -> Result<()> {
 }
 
 /// Copies a binary and every library it needs.
-fn copy_with_libs(root: &Path, bin: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
-    copy_into(root, bin, None)?;
+fn copy_with_libs(
+    root: &Path,
+    bin: &Path,
+    dest_rel: Option<&Path>,
+    seen: &mut BTreeSet<PathBuf>,
+) -> Result<()> {
+    copy_into(root, bin, dest_rel)?;
     let ldd = Command::new("ldd").arg(bin).output()?;
     for lib in parse_ldd(&String::from_utf8_lossy(&ldd.stdout)) {
         if seen.insert(lib.clone()) {
@@ -195,8 +242,9 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     }
     let mut seen = BTreeSet::new();
     for t in TOOLS.iter().map(Path::new).filter(|p| p.exists()) {
-        copy_with_libs(&root, t, &mut seen)?;
+        copy_with_libs(&root, t, None, &mut seen)?;
     }
+    overlay_rdma_core(ctx, &root, &mut seen)?;
     if Path::new("/usr/share/misc/pci.ids").exists() {
         copy_into(&root, Path::new("/usr/share/misc/pci.ids"), None)?;
     }

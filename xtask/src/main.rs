@@ -9,6 +9,7 @@ mod kernel;
 mod ktap;
 mod modules;
 mod patches;
+mod rdma;
 mod setup;
 mod util;
 mod vm;
@@ -94,6 +95,8 @@ enum Cmd {
         #[arg(long)]
         clippy: bool,
     },
+    /// Build rdma-core (Debian's source + linux/rdma-core patches) for the VM.
+    RdmaCore,
     /// Pack the initramfs: busybox, modules, tests, tools.
     Initramfs,
     /// Boot the VM (builds what is stale first).
@@ -157,6 +160,7 @@ fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
         },
     )?;
     modules::modules(ctx, false)?;
+    rdma::rdma_core(ctx)?;
     let initrd = initramfs::initramfs(ctx)?;
     Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
 }
@@ -259,6 +263,7 @@ fn real_main(cli: Cli) -> Result<()> {
             },
         ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
+        Cmd::RdmaCore => rdma::rdma_core(&ctx),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
             let files = build_all(&ctx, &build)?;
