@@ -1,0 +1,42 @@
+//! Safe Rust types for dma-bufs, for the p2pbuf project.
+//!
+//! Works with any dma-buf exporter (the p2pbuf exporter, NVIDIA's
+//! `nv_dmabuf` from CUDA, udmabuf, vfio-pci, DRM PRIME):
+//!
+//! - [`DmaBuf`]: an owned fd checked to be a dma-buf, with its size and
+//!   exporter from `/proc/self/fdinfo` ([`DmaBufInfo`]).
+//! - [`CpuMapping`]: `mmap` of a dma-buf; access goes through guards that
+//!   bracket it with `DMA_BUF_IOCTL_SYNC` start/end.
+//! - [`fdpass`]: `SCM_RIGHTS` over Unix sockets, and [`Pidfd`]
+//!   (`pidfd_open` + `pidfd_getfd`).
+//! - [`udmabuf`]: memfd-backed dma-bufs from `/dev/udmabuf`, a foreign
+//!   exporter for tests.
+//! - [`rdma`]: finding RDMA devices; registration reports honestly that
+//!   it is not wired to libibverbs yet.
+//! - `cuda` (feature `cuda`): CUDA device memory exported as a dma-buf.
+//!
+//! All `unsafe` code is in one private module (`sys`); errors ([`Error`])
+//! say what was asked, keep the errno, and say what to check.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod fdinfo;
+pub mod fdpass;
+pub mod rdma;
+pub mod udmabuf;
+
+mod dmabuf;
+mod mapping;
+#[allow(unsafe_code)]
+mod sys;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+pub use dmabuf::DmaBuf;
+pub use error::{Error, Result};
+pub use fdinfo::DmaBufInfo;
+pub use fdpass::{recv_dmabuf, send_dmabuf, Pidfd, Received};
+pub use mapping::{Access, CpuMapping, ReadGuard, WriteGuard};

@@ -1,0 +1,262 @@
+//! The only place in the crate with `unsafe` code.
+//!
+//! Everything here is a thin wrapper over one system call (or, in
+//! [`cuda`], one driver call) that upholds the call's contract and hands
+//! back an owned, safe value. The public types in the rest of the crate are
+//! built on these.
+//!
+//! uAPI sources:
+//! - `struct dma_buf_sync` and the `DMA_BUF_SYNC_*` flags:
+//!   `include/uapi/linux/dma-buf.h`.
+//! - `struct udmabuf_create` and `UDMABUF_FLAGS_CLOEXEC`:
+//!   `include/uapi/linux/udmabuf.h`.
+//! - `DMA_BUF_MAGIC`: `include/uapi/linux/magic.h`.
+//!
+//! The request numbers (`DMA_BUF_IOCTL_SYNC`, `UDMABUF_CREATE`) come from
+//! `linux-raw-sys`, which generates them from those headers. `linux-raw-sys`
+//! does not carry the two argument structs, so they are written out below;
+//! the compile-time assertions check them against the generated request
+//! numbers (which encode the struct size), using rustix's opcode helpers.
+
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+
+use std::ffi::c_void;
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+
+use rustix::io::Errno;
+use rustix::ioctl::{opcode, Ioctl, IoctlOutput, Opcode};
+use rustix::mm::{MapFlags, ProtFlags};
+
+/// `DMA_BUF_MAGIC` (`include/uapi/linux/magic.h`): `f_type` of the
+/// filesystem every dma-buf file lives in.
+pub(crate) const DMA_BUF_MAGIC: u64 = linux_raw_sys::general::DMA_BUF_MAGIC as u64;
+
+/// `struct dma_buf_sync` from `include/uapi/linux/dma-buf.h`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DmaBufSync {
+    flags: u64,
+}
+
+/// `DMA_BUF_SYNC_READ` (`include/uapi/linux/dma-buf.h`).
+#[allow(clippy::identity_op)] // written as in the header
+pub(crate) const DMA_BUF_SYNC_READ: u64 = 1 << 0;
+/// `DMA_BUF_SYNC_WRITE`.
+#[allow(clippy::identity_op)]
+pub(crate) const DMA_BUF_SYNC_WRITE: u64 = 2 << 0;
+/// `DMA_BUF_SYNC_START`.
+#[allow(clippy::identity_op)]
+pub(crate) const DMA_BUF_SYNC_START: u64 = 0 << 2;
+/// `DMA_BUF_SYNC_END`.
+pub(crate) const DMA_BUF_SYNC_END: u64 = 1 << 2;
+
+/// `DMA_BUF_IOCTL_SYNC`, generated from the header by linux-raw-sys.
+const DMA_BUF_IOCTL_SYNC: Opcode = linux_raw_sys::ioctl::DMA_BUF_IOCTL_SYNC as Opcode;
+// `_IOW(DMA_BUF_BASE = 'b', 0, struct dma_buf_sync)`: same number, so the
+// struct above has the header's size.
+const _: () = assert!(opcode::write::<DmaBufSync>(b'b', 0) == DMA_BUF_IOCTL_SYNC);
+
+/// `struct udmabuf_create` from `include/uapi/linux/udmabuf.h`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct UdmabufCreate {
+    memfd: u32,
+    flags: u32,
+    offset: u64,
+    size: u64,
+}
+
+/// `UDMABUF_FLAGS_CLOEXEC` (`include/uapi/linux/udmabuf.h`).
+const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
+
+/// `UDMABUF_CREATE`, generated from the header by linux-raw-sys.
+const UDMABUF_CREATE: Opcode = linux_raw_sys::ioctl::UDMABUF_CREATE as Opcode;
+// `_IOW('u', 0x42, struct udmabuf_create)`.
+const _: () = assert!(opcode::write::<UdmabufCreate>(b'u', 0x42) == UDMABUF_CREATE);
+
+/// `ioctl(fd, DMA_BUF_IOCTL_SYNC, &{flags})`, retried on EINTR and EAGAIN
+/// as the kernel documentation asks.
+pub(crate) fn dma_buf_sync(fd: BorrowedFd<'_>, flags: u64) -> Result<(), Errno> {
+    loop {
+        let arg = DmaBufSync { flags };
+        // SAFETY: DMA_BUF_IOCTL_SYNC takes a pointer to a `struct
+        // dma_buf_sync` that the kernel only reads; `Setter` passes a
+        // pointer to `arg`, whose layout is checked above.
+        let r = unsafe {
+            rustix::ioctl::ioctl(fd, rustix::ioctl::Setter::<DMA_BUF_IOCTL_SYNC, _>::new(arg))
+        };
+        match r {
+            Err(Errno::INTR) | Err(Errno::AGAIN) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The `UDMABUF_CREATE` ioctl: the kernel reads the struct and returns a
+/// new dma-buf fd as the ioctl's return value.
+struct UdmabufCreateIoctl(UdmabufCreate);
+
+// SAFETY: the opcode is UDMABUF_CREATE, the pointer is to a live `struct
+// udmabuf_create` (layout checked above) that the kernel only reads, and the
+// ioctl's non-negative return value is a new file descriptor that nobody
+// else owns.
+unsafe impl Ioctl for UdmabufCreateIoctl {
+    type Output = OwnedFd;
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        UDMABUF_CREATE
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        (&mut self.0 as *mut UdmabufCreate).cast()
+    }
+
+    unsafe fn output_from_ptr(out: IoctlOutput, _: *mut c_void) -> rustix::io::Result<OwnedFd> {
+        if out < 0 {
+            return Err(Errno::INVAL);
+        }
+        // SAFETY: see the impl's comment: `out` is a fresh fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(out) })
+    }
+}
+
+/// `ioctl(/dev/udmabuf, UDMABUF_CREATE, {memfd, CLOEXEC, offset, size})`.
+pub(crate) fn udmabuf_create(
+    dev: BorrowedFd<'_>,
+    memfd: BorrowedFd<'_>,
+    offset: u64,
+    size: u64,
+) -> Result<OwnedFd, Errno> {
+    let memfd = u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&memfd)).map_err(|_| Errno::BADF)?;
+    let arg = UdmabufCreate {
+        memfd,
+        flags: UDMABUF_FLAGS_CLOEXEC,
+        offset,
+        size,
+    };
+    // SAFETY: see `UdmabufCreateIoctl`.
+    unsafe { rustix::ioctl::ioctl(dev, UdmabufCreateIoctl(arg)) }
+}
+
+/// Duplicate a file descriptor number this process inherited (e.g. from a
+/// shell redirection `3<...`), with close-on-exec set on the copy.
+pub(crate) fn dup_inherited_fd(raw: RawFd) -> Result<OwnedFd, Errno> {
+    if raw < 0 {
+        return Err(Errno::BADF);
+    }
+    // SAFETY: the borrow lasts only for the F_DUPFD_CLOEXEC call, which
+    // neither closes nor otherwise changes the fd, and fails with EBADF if
+    // no such fd is open. The caller owns nothing through the number.
+    let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}
+
+/// A shared mapping of (part of) a file, unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct RawMapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; moving it to
+// another thread is fine, and shared references only give `&[u8]`.
+unsafe impl Send for RawMapping {}
+// SAFETY: as above.
+unsafe impl Sync for RawMapping {}
+
+impl RawMapping {
+    /// `mmap(NULL, len, prot, MAP_SHARED, fd, 0)`.
+    pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize, write: bool) -> Result<Self, Errno> {
+        if len == 0 {
+            return Err(Errno::INVAL);
+        }
+        let prot = if write {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
+        // SAFETY: a new mapping at an address of the kernel's choosing
+        // (NULL hint, no MAP_FIXED) cannot alias any existing Rust object.
+        let p =
+            unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0) }?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Errno::NOMEM)?;
+        Ok(RawMapping { ptr, len })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is mapped readable for as long as `self`
+        // lives. Other processes or devices may write the memory; the
+        // callers bracket access with DMA_BUF_IOCTL_SYNC, the dma-buf
+        // protocol for coherent CPU access.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Only call on a mapping made with `write = true`.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_slice`; `&mut self` gives exclusivity within this
+        // process, and the mapping was made writable by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for RawMapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; no slice
+        // borrowed from `self` can outlive it.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uapi_values_match_headers() {
+        // Values from include/uapi/linux/dma-buf.h and udmabuf.h, as a
+        // second check on top of the compile-time opcode assertions.
+        assert_eq!(std::mem::size_of::<DmaBufSync>(), 8);
+        assert_eq!(std::mem::size_of::<UdmabufCreate>(), 24);
+        assert_eq!(DMA_BUF_SYNC_READ | DMA_BUF_SYNC_WRITE, 3);
+        assert_eq!(DMA_BUF_SYNC_END, 4);
+        assert_eq!(DMA_BUF_MAGIC, 0x444d_4142);
+    }
+
+    #[test]
+    fn dup_of_closed_fd_is_ebadf() {
+        assert_eq!(dup_inherited_fd(-1).unwrap_err(), Errno::BADF);
+        assert_eq!(dup_inherited_fd(999_999).unwrap_err(), Errno::BADF);
+    }
+
+    #[test]
+    fn dup_of_open_fd_works() {
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        let d = dup_inherited_fd(std::os::fd::AsRawFd::as_raw_fd(&f)).unwrap();
+        drop(f);
+        let _ = std::fs::File::from(d);
+    }
+
+    #[test]
+    fn map_and_unmap_a_memfd() {
+        let fd = rustix::fs::memfd_create("t", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        let mut m = RawMapping::map_shared(std::os::fd::AsFd::as_fd(&fd), 4096, true).unwrap();
+        m.as_mut_slice()[10] = 7;
+        assert_eq!(m.as_slice()[10], 7);
+        assert_eq!(m.len(), 4096);
+    }
+
+    #[test]
+    fn dma_buf_sync_on_a_non_dmabuf_fails() {
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        let e = dma_buf_sync(std::os::fd::AsFd::as_fd(&f), DMA_BUF_SYNC_READ).unwrap_err();
+        assert!(e == Errno::NOTTY || e == Errno::INVAL, "{e:?}");
+    }
+}
