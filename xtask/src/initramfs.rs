@@ -45,7 +45,13 @@ fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
     for t in RDMA_TOOLS {
         let bin = stage.join("usr/bin").join(t);
         if bin.exists() {
-            copy_with_libs(root, &bin, Some(&Path::new("usr/bin").join(t)), seen)?;
+            copy_with_libs(
+                root,
+                &bin,
+                Some(&Path::new("usr/bin").join(t)),
+                Some(&stage.join("usr/lib/x86_64-linux-gnu")),
+                seen,
+            )?;
         }
     }
     for (from, to) in [("usr/lib", "usr"), ("etc", ".")] {
@@ -68,7 +74,9 @@ pub fn initramfs_path(ctx: &Ctx) -> PathBuf {
 
 /// Library paths in `ldd` output.
 pub fn parse_ldd(text: &str) -> Vec<PathBuf> {
+    // Dependency lines are indented; others are warnings about the binary itself.
     text.lines()
+        .filter(|l| l.starts_with('\t'))
         .filter_map(|l| {
             let l = l.trim();
             let path = match l.split_once("=>") {
@@ -96,11 +104,21 @@ fn copy_with_libs(
     root: &Path,
     bin: &Path,
     dest_rel: Option<&Path>,
+    stage_libs: Option<&Path>,
     seen: &mut BTreeSet<PathBuf>,
 ) -> Result<()> {
     copy_into(root, bin, dest_rel)?;
-    let ldd = Command::new("ldd").arg(bin).output()?;
-    for lib in parse_ldd(&String::from_utf8_lossy(&ldd.stdout)) {
+    let mut ldd = Command::new("ldd");
+    ldd.arg(bin);
+    if let Some(dir) = stage_libs {
+        ldd.env("LD_LIBRARY_PATH", dir);
+    }
+    let out = ldd.output()?;
+    for lib in parse_ldd(&String::from_utf8_lossy(&out.stdout)) {
+        // Libraries of the staged build are copied as a whole tree afterwards.
+        if stage_libs.is_some_and(|d| lib.starts_with(d)) {
+            continue;
+        }
         if seen.insert(lib.clone()) {
             let real = fs::canonicalize(&lib).unwrap_or(lib.clone());
             copy_into(root, &real, Some(lib.strip_prefix("/").unwrap_or(&lib)))?;
@@ -182,13 +200,20 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
         "tmp",
         "etc",
         "root",
-        "lib/modules/p2pbuf",
+        "run",
+        "usr/bin",
+        "usr/lib/modules/p2pbuf",
+        "usr/lib64",
         "p2pbuf/tests",
         "p2pbuf/bin",
         "usr/share/misc",
     ] {
         fs::create_dir_all(root.join(d))?;
     }
+    // Merged /usr, as on the host: libraries that ldd finds under /lib land in /usr/lib,
+    // where the project's own rdma-core build then replaces Debian's copies.
+    std::os::unix::fs::symlink("usr/lib", root.join("lib"))?;
+    std::os::unix::fs::symlink("usr/lib64", root.join("lib64"))?;
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .into_iter()
         .map(Path::new)
@@ -242,7 +267,7 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     }
     let mut seen = BTreeSet::new();
     for t in TOOLS.iter().map(Path::new).filter(|p| p.exists()) {
-        copy_with_libs(&root, t, None, &mut seen)?;
+        copy_with_libs(&root, t, None, None, &mut seen)?;
     }
     overlay_rdma_core(ctx, &root, &mut seen)?;
     if Path::new("/usr/share/misc/pci.ids").exists() {
@@ -273,7 +298,7 @@ mod tests {
 
     #[test]
     fn ldd_output_is_parsed() {
-        let t = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibpci.so.3 => /lib/x86_64-linux-gnu/libpci.so.3 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n\tlibfoo.so => not found\n";
+        let t = "/x/bin: /lib/libibverbs.so.1: version `IBVERBS_1.18' not found\n\tlinux-vdso.so.1 (0x00007ffd)\n\tlibpci.so.3 => /lib/x86_64-linux-gnu/libpci.so.3 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n\tlibfoo.so => not found\n";
         assert_eq!(
             parse_ldd(t),
             vec![

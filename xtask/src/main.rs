@@ -44,6 +44,10 @@ struct BuildOpts {
     /// Build the kernel tree as it is (a developer's branch) instead of applying linux/patches.
     #[arg(long, env = "P2PBUF_KEEP_TREE")]
     keep_tree: bool,
+    /// Use the kernel already built in the cache, without running make on it (while someone
+    /// else is building the tree).
+    #[arg(long)]
+    skip_kernel: bool,
 }
 
 #[derive(Args, Clone)]
@@ -153,12 +157,21 @@ enum Cmd {
 
 fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
     setup::setup(ctx)?;
-    kernel::kernel(
-        ctx,
-        &kernel::KernelOpts {
-            keep_tree: b.keep_tree,
-        },
-    )?;
+    if b.skip_kernel {
+        if !kernel::bzimage(ctx).exists() {
+            bail!(
+                "--skip-kernel: no kernel built yet in {}",
+                ctx.kbuild().display()
+            );
+        }
+    } else {
+        kernel::kernel(
+            ctx,
+            &kernel::KernelOpts {
+                keep_tree: b.keep_tree,
+            },
+        )?;
+    }
     modules::modules(ctx, false)?;
     rdma::rdma_core(ctx)?;
     let initrd = initramfs::initramfs(ctx)?;

@@ -84,7 +84,13 @@ pub fn print_result(r: &TestResult) {
     } else {
         format!("  # {}", r.directive)
     };
-    println!("{pad}\x1b[{color}m{tag}\x1b[0m {}{d}", r.path);
+    // Nested results stream before their parent names them: show the leaf name only.
+    let name = if r.depth == 0 {
+        r.path.as_str()
+    } else {
+        r.path.rsplit('/').next().unwrap_or(&r.path)
+    };
+    println!("{pad}\x1b[{color}m{tag}\x1b[0m {name}{d}");
 }
 
 pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> Result<Outcome> {
