@@ -51,7 +51,7 @@ pub fn apply_series(ctx: &Ctx) -> Result<()> {
     let hash = hash_files(&files, &[])?;
     let stamp = Stamp(ctx.cache.join("build/series.sha256"));
     let head_tree = output(git(ctx)?.args(["rev-parse", "HEAD^{tree}"]))?;
-    let dirty = !output(git(ctx)?.args(["status", "--porcelain", "--untracked-files=no"]))?
+    let dirty = !output(git(ctx)?.args(["status", "--porcelain"]))?
         .trim()
         .is_empty();
     let tree_stamp = Stamp(ctx.cache.join("build/series.tree"));
@@ -63,13 +63,16 @@ pub fn apply_series(ctx: &Ctx) -> Result<()> {
         output(git(ctx)?.args([
             "stash",
             "push",
+            "--include-untracked",
             "-m",
             "saved by cargo xtask kernel before applying the series",
         ]))?;
         println!("    the kernel tree had local changes: saved with `git stash` (see `git -C {} stash list`)", ctx.ksrc()?.display());
     }
     stamp.clear();
-    output(git(ctx)?.args(["checkout", "-q", "-B", SERIES_BRANCH, "p2pbuf-base"]))?;
+    // A `git am` that an earlier run left half done would block the checkout.
+    let _ = output(git(ctx)?.args(["am", "--abort"]));
+    output(git(ctx)?.args(["checkout", "-q", "-f", "-B", SERIES_BRANCH, "p2pbuf-base"]))?;
     if !files.is_empty() {
         let mut am = git(ctx)?;
         am.args(["am", "-q", "--keep-cr"]).args(&files);
