@@ -92,8 +92,8 @@ enum CudaCmd {
         /// Bytes (rounded up to 2 MiB): 4096, 2M, 64MiB, 1G.
         #[arg(long, default_value = "2M", value_parser = target::parse_size)]
         size: usize,
-        /// Byte to fill the memory with before export (0-255).
-        #[arg(long, default_value_t = 0xa5)]
+        /// Byte to fill the memory with before export (0-255 or 0x00-0xff).
+        #[arg(long, default_value = "0xa5", value_parser = target::parse_byte)]
         fill: u8,
         /// Ask for CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE.
         #[arg(long)]

@@ -123,6 +123,16 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size {s:?} overflows"))
 }
 
+/// Parse a byte: `165`, `0xa5`.
+pub fn parse_byte(s: &str) -> Result<u8, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u8::from_str_radix(h, 16),
+        None => t.parse(),
+    };
+    r.map_err(|e| format!("byte {s:?}: {e} (0-255 or 0x00-0xff)"))
+}
+
 /// `2097152 (2 MiB)`.
 pub fn human_size(n: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
@@ -176,6 +186,14 @@ mod tests {
         assert!(parse_size("M").is_err());
         assert!(parse_size("2X").is_err());
         assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn bytes() {
+        assert_eq!(parse_byte("0xa5").unwrap(), 0xa5);
+        assert_eq!(parse_byte("90").unwrap(), 90);
+        assert!(parse_byte("256").is_err());
+        assert!(parse_byte("0x").is_err());
     }
 
     #[test]

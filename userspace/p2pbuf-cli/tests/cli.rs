@@ -1,0 +1,93 @@
+//! The CLI's failure modes on a host without GPU or dma-buf exporters.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn p2pbuf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_p2pbuf"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn info_rejects_a_device_node() {
+    let o = p2pbuf(&["info", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not a dma-buf"), "{}", stderr(&o));
+}
+
+#[test]
+fn info_of_a_closed_fd_says_ebadf() {
+    let o = p2pbuf(&["info", "987"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("errno 9"), "{}", stderr(&o));
+}
+
+#[test]
+fn info_json_error() {
+    let o = p2pbuf(&["--json", "info", "/proc/self/fdinfo/0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("no exp_name"), "{v}");
+    assert_eq!(v["unavailable"], false);
+}
+
+#[test]
+fn send_without_receiver() {
+    // Target check comes first: stdin (null) is not a dma-buf.
+    let o = p2pbuf(&["send", "/nonexistent/sock", "0", "--wait", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not a dma-buf"), "{}", stderr(&o));
+}
+
+#[test]
+fn cuda_without_gpu_or_feature_is_unavailable() {
+    let o = p2pbuf(&["cuda", "probe"]);
+    if o.status.success() {
+        return; // a GPU machine with the feature on
+    }
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
+
+#[test]
+fn recv_refuses_a_memfd_and_tells_the_sender() {
+    let dir = std::env::temp_dir().join(format!("p2pbuf-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("s");
+    let child = Command::new(env!("CARGO_BIN_EXE_p2pbuf"))
+        .args(["recv", sock.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        match UnixStream::connect(&sock) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("receiver never listened: {e}"),
+        }
+    };
+    let memfd = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let h = p2pbuf::fdpass::Header {
+        size: 4096,
+        exporter: "fake".into(),
+    };
+    p2pbuf::fdpass::send_fds(&s, h.encode().as_bytes(), &[memfd.as_fd()]).unwrap();
+    let e = p2pbuf::fdpass::recv_ack(&s).unwrap_err();
+    assert!(e.to_string().contains("not a dma-buf"), "{e}");
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not a dma-buf"), "{}", stderr(&o));
+    assert!(!sock.exists(), "socket file left behind");
+    std::fs::remove_dir_all(dir).unwrap();
+}
