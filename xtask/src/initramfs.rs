@@ -1,6 +1,6 @@
 //! `cargo xtask initramfs`: busybox, the modules, the in-VM suite (scripts and kselftests
 //! built against the kernel tree's harness), and real Debian tools with their shared
-//! libraries (the `ldd` closure), packed as a newc cpio.
+//! libraries (the `ldd` closure), the project's own userspace binaries, packed as a newc cpio.
 
 use crate::modules::module_files;
 use crate::util::{heading, output, run_step, Ctx};
@@ -34,6 +34,39 @@ const RDMA_TOOLS: &[&str] = &[
     "rdma_client",
     "udaddy",
 ];
+
+/// The project's userspace binaries, as (package, binary): built with `cargo build --release`
+/// and put into /p2pbuf/bin (on the guest's PATH) with their shared-library closure.
+const USERSPACE_BINS: &[(&str, &str)] = &[("p2pbuf-cli", "p2pbuf")];
+
+fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.current_dir(&ctx.root).args(["build", "--release"]);
+    for (pkg, _) in USERSPACE_BINS {
+        cargo.args(["-p", pkg]);
+    }
+    run_step(
+        ctx,
+        "cargo build --release (userspace)",
+        "userspace",
+        &mut cargo,
+    )?;
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => ctx.root.join(d),
+        None => ctx.root.join("target"),
+    };
+    let stage_libs = crate::rdma::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    for (_, bin) in USERSPACE_BINS {
+        copy_with_libs(
+            root,
+            &target.join("release").join(bin),
+            Some(&Path::new("p2pbuf/bin").join(bin)),
+            Some(&stage_libs),
+            seen,
+        )?;
+    }
+    Ok(())
+}
 
 /// rdma-core from `cargo xtask rdma-core` (libibverbs, librdmacm, providers, their config,
 /// utilities) over whatever Debian copies the ldd closures brought.
@@ -80,7 +113,7 @@ pub fn parse_ldd(text: &str) -> Vec<PathBuf> {
         .filter_map(|l| {
             let l = l.trim();
             let path = match l.split_once("=>") {
-                Some((_, rhs)) => rhs.trim().split_whitespace().next()?,
+                Some((_, rhs)) => rhs.split_whitespace().next()?,
                 None => l.split_whitespace().next()?,
             };
             path.starts_with('/').then(|| PathBuf::from(path))
@@ -188,7 +221,7 @@ fn build_selftests(ctx: &Ctx, dest: &Path) -> Result<Vec<String>> {
 }
 
 pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
-    heading("initramfs: busybox, modules, tests, tools");
+    heading("initramfs: busybox, modules, tests, tools, p2pbuf binaries");
     let root = ctx.cache.join("build/initramfs");
     let _ = fs::remove_dir_all(&root);
     for d in [
@@ -270,6 +303,7 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
         copy_with_libs(&root, t, None, None, &mut seen)?;
     }
     overlay_rdma_core(ctx, &root, &mut seen)?;
+    userspace_bins(ctx, &root, &mut seen)?;
     if Path::new("/usr/share/misc/pci.ids").exists() {
         copy_into(&root, Path::new("/usr/share/misc/pci.ids"), None)?;
     }
