@@ -45,6 +45,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
     for (pkg, _) in USERSPACE_BINS {
         cargo.args(["-p", pkg]);
     }
+    ctx.cargo_env(&mut cargo);
     run_step(
         ctx,
         "cargo build --release (userspace)",

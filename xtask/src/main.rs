@@ -180,10 +180,12 @@ fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
 
 fn host_tests(ctx: &Ctx) -> Result<()> {
     heading("host: cargo test --workspace");
-    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
         .current_dir(&ctx.root)
-        .args(["test", "--workspace", "--quiet"])
-        .status()?;
+        .args(["test", "--workspace", "--quiet"]);
+    ctx.cargo_env(&mut cargo);
+    let st = cargo.status()?;
     if !st.success() {
         bail!("host-side unit tests failed (cargo test --workspace)");
     }
@@ -300,6 +302,10 @@ fn real_main(cli: Cli) -> Result<()> {
             inject,
         } => {
             if !no_host {
+                // The userspace crates' bindings come from rdma-core's headers (bindgen,
+                // libclang): build those first, as on a fresh machine there are none.
+                setup::setup(&ctx)?;
+                rdma::rdma_core(&ctx)?;
                 host_tests(&ctx)?;
             }
             let files = build_all(&ctx, &build)?;

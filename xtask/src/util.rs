@@ -28,14 +28,9 @@ impl Ctx {
             .to_path_buf();
         let cache = match cache {
             Some(c) => c,
-            None => match std::env::var_os("XDG_CACHE_HOME") {
-                Some(x) if !x.is_empty() => PathBuf::from(x).join("p2pbuf"),
-                _ => PathBuf::from(
-                    std::env::var_os("HOME")
-                        .context("neither --cache, XDG_CACHE_HOME nor HOME is set")?,
-                )
-                .join(".cache/p2pbuf"),
-            },
+            None => {
+                Self::default_cache().context("neither --cache, XDG_CACHE_HOME nor HOME is set")?
+            }
         };
         if cache.starts_with(&root) {
             bail!(
@@ -51,6 +46,24 @@ impl Ctx {
             cache,
             verbose,
         })
+    }
+
+    /// `$XDG_CACHE_HOME/p2pbuf`, else `~/.cache/p2pbuf`.
+    fn default_cache() -> Option<PathBuf> {
+        match std::env::var_os("XDG_CACHE_HOME") {
+            Some(x) if !x.is_empty() => Some(PathBuf::from(x).join("p2pbuf")),
+            _ => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/p2pbuf")),
+        }
+    }
+
+    /// For a cargo build of the userspace crates: their build scripts take rdma-core's
+    /// headers (`build/rdma-root`) and libclang from `$P2PBUF_CACHE`, else from the default
+    /// cache, as `new` does. So this sets the variable only for another cache: setting it
+    /// always would make the next plain `cargo build` rerun those scripts and rebuild.
+    pub fn cargo_env(&self, cmd: &mut Command) {
+        if Self::default_cache().as_ref() != Some(&self.cache) {
+            cmd.env("P2PBUF_CACHE", &self.cache);
+        }
     }
 
     pub fn log_path(&self, name: &str) -> PathBuf {

@@ -11,8 +11,10 @@
 //!   (`pidfd_open` + `pidfd_getfd`).
 //! - [`udmabuf`]: memfd-backed dma-bufs from `/dev/udmabuf`, a foreign
 //!   exporter for tests.
-//! - [`rdma`]: finding RDMA devices; registration reports honestly that
-//!   it is not wired to libibverbs yet.
+//! - [`exporter`]: device memory from the p2pbuf exporter (`/dev/p2pbuf`),
+//!   through its uAPI header (bindgen).
+//! - [`rdma`]: finding RDMA devices (sysfs). Registration, rdma_cm and
+//!   RDMA WRITE/READ are in the `p2pbuf-rdma` crate.
 //! - `cuda` (feature `cuda`): CUDA device memory exported as a dma-buf.
 //!
 //! All `unsafe` code is in one private module (`sys`); errors ([`Error`])
@@ -22,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod exporter;
 pub mod fdinfo;
 pub mod fdpass;
 pub mod rdma;

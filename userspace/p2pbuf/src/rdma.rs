@@ -1,10 +1,10 @@
-//! RDMA registration of a dma-buf (`ibv_reg_dmabuf_mr`).
+//! RDMA devices as sysfs shows them, without libibverbs.
 //!
-//! This first version does not link libibverbs. It finds the RDMA devices
-//! the kernel knows (`/sys/class/infiniband`) and says plainly why a
-//! registration cannot be made: no device, or (with devices present) that
-//! the verbs binding is not written yet. The error is
-//! [`Error::Unavailable`], so callers can report it and go on.
+//! This module finds the RDMA devices the kernel knows
+//! (`/sys/class/infiniband`). Registration itself (`ibv_reg_dmabuf_mr`),
+//! rdma_cm and RDMA WRITE/READ are in the `p2pbuf-rdma` crate, which loads
+//! rdma-core; [`register`] here only says why it cannot register (no
+//! device, or use `p2pbuf-rdma`), as [`Error::Unavailable`].
 
 use std::path::{Path, PathBuf};
 
@@ -111,9 +111,9 @@ impl RdmaStatus {
 
 /// Try to register `buf` for RDMA on `device` (or the first device).
 ///
-/// Today this always returns [`Error::Unavailable`]: with no device it
-/// says so, and with devices it says the libibverbs binding
-/// (`ibv_reg_dmabuf_mr`) is not part of this build yet.
+/// This library does not load libibverbs: this always returns
+/// [`Error::Unavailable`], saying there is no device, or pointing at
+/// `p2pbuf_rdma::Pd::reg_dmabuf_mr`.
 pub fn register(buf: &DmaBuf, device: Option<&str>) -> Result<()> {
     register_with(&status()?, buf.size(), buf.exporter(), device)
 }
@@ -140,10 +140,10 @@ fn register_with(st: &RdmaStatus, size: u64, exporter: &str, device: Option<&str
     Err(Error::unavailable(
         what,
         format!(
-            "device {} is present, but this build has no libibverbs binding for ibv_reg_dmabuf_mr yet",
+            "device {} is present, but the p2pbuf library has no libibverbs binding",
             dev.name
         ),
-        Some("the rdma subcommands of a later p2pbuf".into()),
+        Some("register with the p2pbuf-rdma crate (p2pbuf_rdma::Pd::reg_dmabuf_mr)".into()),
     ))
 }
 

@@ -1,0 +1,866 @@
+//! Verbs objects with owners: [`Context`], [`Pd`], [`Mr`] (host memory or a dma-buf),
+//! [`Cq`]. Each frees what it holds on drop, after everything that depends on it (they hold
+//! a reference to their parent).
+
+use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use p2pbuf::{Error, Result};
+use serde::Serialize;
+
+use crate::ffi::{self, errno, ibv_access_flags as acc, libs, Libs};
+
+/// `ENODEV`, `EOPNOTSUPP`, ... as plain numbers (the values of x86-64 Linux).
+pub mod errnos {
+    /// Bad file descriptor.
+    pub const EBADF: i32 = 9;
+    /// Out of memory (or the pin limit).
+    pub const ENOMEM: i32 = 12;
+    /// Bad address.
+    pub const EFAULT: i32 = 14;
+    /// No such device.
+    pub const ENODEV: i32 = 19;
+    /// Invalid argument.
+    pub const EINVAL: i32 = 22;
+    /// Operation not supported.
+    pub const EOPNOTSUPP: i32 = 95;
+    /// I/O error (used for a failed work completion).
+    pub const EIO: i32 = 5;
+    /// Timed out.
+    pub const ETIMEDOUT: i32 = 110;
+    /// Connection refused.
+    pub const ECONNREFUSED: i32 = 111;
+}
+use errnos::*;
+
+/// What an RDMA device's users should check first when it is missing.
+pub const NO_DEVICE_CHECK: &str =
+    "no RDMA device: run `rdma link add rxe0 type rxe netdev eth0` (soft-RoCE), or load the NIC's RDMA driver";
+
+/// Memory region access flags (`IBV_ACCESS_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// `IBV_ACCESS_LOCAL_WRITE`: the HCA may write it (receive, RDMA READ target).
+    pub const LOCAL_WRITE: Access = Access(acc::IBV_ACCESS_LOCAL_WRITE);
+    /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA WRITE into it (needs LOCAL_WRITE).
+    pub const REMOTE_WRITE: Access = Access(acc::IBV_ACCESS_REMOTE_WRITE);
+    /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA READ from it.
+    pub const REMOTE_READ: Access = Access(acc::IBV_ACCESS_REMOTE_READ);
+    /// `IBV_ACCESS_REMOTE_ATOMIC` (needs LOCAL_WRITE).
+    pub const REMOTE_ATOMIC: Access = Access(acc::IBV_ACCESS_REMOTE_ATOMIC);
+    /// What a buffer that peers write and read needs.
+    pub const REMOTE_RW: Access = Access(
+        acc::IBV_ACCESS_LOCAL_WRITE | acc::IBV_ACCESS_REMOTE_WRITE | acc::IBV_ACCESS_REMOTE_READ,
+    );
+
+    const NAMES: [(&'static str, &'static str, Access); 4] = [
+        ("lw", "LOCAL_WRITE", Access::LOCAL_WRITE),
+        ("rw", "REMOTE_WRITE", Access::REMOTE_WRITE),
+        ("rr", "REMOTE_READ", Access::REMOTE_READ),
+        ("ra", "REMOTE_ATOMIC", Access::REMOTE_ATOMIC),
+    ];
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = Access::NAMES
+            .iter()
+            .filter(|(_, _, a)| self.contains(*a))
+            .map(|(_, n, _)| n.to_string())
+            .collect();
+        let known = Access::NAMES.iter().fold(0, |m, (_, _, a)| m | a.0);
+        if self.0 & !known != 0 {
+            parts.push(format!("{:#x}", self.0 & !known));
+        }
+        if parts.is_empty() {
+            parts.push("none".into());
+        }
+        write!(f, "{}", parts.join("|"))
+    }
+}
+
+impl Serialize for Access {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl std::str::FromStr for Access {
+    type Err = String;
+    /// `lw,rw,rr` (or the long names, or `none`, or a number).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let mut a = Access(0);
+        for w in s.split([',', '|']).map(str::trim).filter(|w| !w.is_empty()) {
+            if w.eq_ignore_ascii_case("none") {
+                continue;
+            }
+            if let Some((_, _, x)) = Access::NAMES.iter().find(|(short, long, _)| {
+                w.eq_ignore_ascii_case(short)
+                    || w.eq_ignore_ascii_case(long)
+                    || w.eq_ignore_ascii_case(&format!("IBV_ACCESS_{long}"))
+            }) {
+                a = a | *x;
+            } else if let Some(n) = w
+                .strip_prefix("0x")
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .or_else(|| w.parse().ok())
+            {
+                a = a | Access(n);
+            } else {
+                return Err(format!(
+                    "unknown access flag {w:?} (lw, rw, rr, ra, none, or a number)"
+                ));
+            }
+        }
+        Ok(a)
+    }
+}
+
+pub(crate) fn os_error(what: impl Into<String>, errno: i32, check: Option<String>) -> Error {
+    Error::Os {
+        what: what.into(),
+        errno,
+        check,
+    }
+}
+
+struct DeviceList {
+    libs: &'static Libs,
+    list: NonNull<*mut ffi::ibv_context>,
+    len: usize,
+}
+
+impl DeviceList {
+    /// `rdma_get_devices`: the verbs contexts that librdmacm uses for its ids, so that PDs
+    /// made on them can carry QPs made with `rdma_create_qp`.
+    fn get() -> Result<Self> {
+        let libs = libs()?;
+        let mut n = 0;
+        // SAFETY: rdma_get_devices writes the count and returns a NULL-terminated array it
+        // owns until rdma_free_devices.
+        let p = unsafe { libs.cm.rdma_get_devices(&mut n) };
+        let e = errno();
+        match NonNull::new(p) {
+            Some(list) if n > 0 => Ok(DeviceList {
+                libs,
+                list,
+                len: n as usize,
+            }),
+            other => {
+                if let Some(list) = other {
+                    // SAFETY: `list` came from rdma_get_devices.
+                    unsafe { libs.cm.rdma_free_devices(list.as_ptr()) };
+                }
+                let sysfs = p2pbuf::rdma::status()
+                    .map(|s| s.summary())
+                    .unwrap_or_default();
+                Err(Error::Unavailable {
+                    what: "listing RDMA devices (rdma_get_devices)".into(),
+                    detail: format!(
+                        "{} (errno {}; {sysfs})",
+                        if n == 0 && e == 0 {
+                            "none found".to_string()
+                        } else {
+                            p2pbuf::error::errno_text(if e == 0 { ENODEV } else { e })
+                        },
+                        if e == 0 { ENODEV } else { e }
+                    ),
+                    check: Some(NO_DEVICE_CHECK.into()),
+                })
+            }
+        }
+    }
+
+    fn contexts(&self) -> impl Iterator<Item = *mut ffi::ibv_context> + '_ {
+        // SAFETY: the array has `len` valid entries while `self` lives.
+        (0..self.len).map(move |i| unsafe { *self.list.as_ptr().add(i) })
+    }
+
+    fn name(&self, ctx: *mut ffi::ibv_context) -> String {
+        // SAFETY: `ctx` is one of the list's live contexts; ibv_get_device_name returns a
+        // string owned by the device.
+        unsafe {
+            let p = self.libs.v.ibv_get_device_name((*ctx).device);
+            if p.is_null() {
+                return "?".into();
+            }
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from rdma_get_devices; nothing made on its contexts outlives
+        // it (they hold an `Rc` of it).
+        unsafe { self.libs.cm.rdma_free_devices(self.list.as_ptr()) }
+    }
+}
+
+/// What `ibv_query_device` says, the parts a user looks at.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID (big-endian, as printed by ibv_devinfo).
+    pub node_guid: String,
+    /// IEEE vendor id.
+    pub vendor_id: u32,
+    /// Largest MR.
+    pub max_mr_size: u64,
+    /// Page sizes the device supports (bit mask).
+    pub page_size_cap: u64,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+    /// Max QPs.
+    pub max_qp: i32,
+    /// Max outstanding work requests per QP.
+    pub max_qp_wr: i32,
+    /// Max MRs.
+    pub max_mr: i32,
+}
+
+struct CtxInner {
+    list: DeviceList,
+    ctx: NonNull<ffi::ibv_context>,
+    name: String,
+}
+
+/// An RDMA device's verbs context (one of librdmacm's, so it serves rdma_cm ids too).
+#[derive(Clone)]
+pub struct Context(Rc<CtxInner>);
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Context({})", self.0.name)
+    }
+}
+
+/// Names of the RDMA devices that librdmacm sees.
+pub fn device_names() -> Result<Vec<String>> {
+    let l = DeviceList::get()?;
+    Ok(l.contexts().map(|c| l.name(c)).collect())
+}
+
+impl Context {
+    /// Open device `name`, or the first one.
+    pub fn open(name: Option<&str>) -> Result<Context> {
+        let list = DeviceList::get()?;
+        let found = list
+            .contexts()
+            .find(|c| name.is_none_or(|n| list.name(*c) == n));
+        let Some(ctx) = found.and_then(NonNull::new) else {
+            let names: Vec<String> = list.contexts().map(|c| list.name(c)).collect();
+            return Err(Error::Unavailable {
+                what: format!("opening RDMA device {:?}", name.unwrap_or("(first)")),
+                detail: format!("no such device; there are: {}", names.join(", ")),
+                check: Some("rdma link show; ibv_devices".into()),
+            });
+        };
+        let name = list.name(ctx.as_ptr());
+        Ok(Context(Rc::new(CtxInner { list, ctx, name })))
+    }
+
+    /// The context librdmacm bound `verbs` (an id's `verbs`) to.
+    pub(crate) fn of_verbs(verbs: *mut ffi::ibv_context) -> Result<Context> {
+        let list = DeviceList::get()?;
+        let Some(ctx) = list.contexts().find(|c| *c == verbs).and_then(NonNull::new) else {
+            return Err(Error::Protocol {
+                what: "finding the RDMA device of a connection".into(),
+                detail: "librdmacm bound it to a context that rdma_get_devices does not list"
+                    .into(),
+            });
+        };
+        let name = list.name(ctx.as_ptr());
+        Ok(Context(Rc::new(CtxInner { list, ctx, name })))
+    }
+
+    /// Device name, e.g. `rxe0`.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub(crate) fn libs(&self) -> &'static Libs {
+        self.0.list.libs
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_context {
+        self.0.ctx.as_ptr()
+    }
+
+    /// `ibv_query_device`.
+    pub fn query(&self) -> Result<DeviceAttr> {
+        let mut a = ffi::ibv_device_attr::default();
+        // SAFETY: a live context and a writable attr struct of the header's layout.
+        let r = unsafe { self.libs().v.ibv_query_device(self.as_ptr(), &mut a) };
+        if r != 0 {
+            return Err(os_error(
+                format!("ibv_query_device({})", self.name()),
+                r,
+                None,
+            ));
+        }
+        let fw: Vec<u8> = a
+            .fw_ver
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
+        let g = u64::from_be(a.node_guid).to_be_bytes();
+        Ok(DeviceAttr {
+            fw_ver: String::from_utf8_lossy(&fw).into_owned(),
+            node_guid: format!(
+                "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+                g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]
+            ),
+            vendor_id: a.vendor_id,
+            max_mr_size: a.max_mr_size,
+            page_size_cap: a.page_size_cap,
+            phys_port_cnt: a.phys_port_cnt,
+            max_qp: a.max_qp,
+            max_qp_wr: a.max_qp_wr,
+            max_mr: a.max_mr,
+        })
+    }
+}
+
+struct PdInner {
+    ctx: Context,
+    pd: NonNull<ffi::ibv_pd>,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // SAFETY: every MR and QP on this PD holds an `Rc` of it, so none is left.
+        unsafe { self.ctx.libs().v.ibv_dealloc_pd(self.pd.as_ptr()) };
+    }
+}
+
+/// A protection domain.
+#[derive(Clone)]
+pub struct Pd(Rc<PdInner>);
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pd({})", self.0.ctx.name())
+    }
+}
+
+/// What an `ibv_reg_dmabuf_mr` failure means, by errno.
+pub fn dmabuf_mr_check(errno: i32) -> Option<String> {
+    Some(
+        match errno {
+            EOPNOTSUPP => "the rxe provider/kernel lacks dma-buf MR support: libibverbs' rxe provider needs linux/rdma-core's patch (the lab's rdma-core has it) and the kernel's rxe needs reg_user_mr_dmabuf (the linux/ series); on hardware, a NIC driver with dma-buf support (mlx5, efa, irdma, bnxt_re, mana, ionic)",
+            EINVAL => "offset + length within the dma-buf, offset and iova at the same offset in a page, REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE, and the fd must be a dma-buf",
+            EBADF => "the fd is not open",
+            ENODEV => "the exporter revoked the buffer, or its device is gone",
+            ENOMEM => "out of memory, or the exporter cannot map the buffer for this device",
+            EFAULT => "the exporter could not map the buffer for the device (p2pdma path refused?): dmesg",
+            _ => return None,
+        }
+        .to_string(),
+    )
+}
+
+fn reg_mr_check(errno: i32) -> Option<String> {
+    Some(
+        match errno {
+            EINVAL => {
+                "REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE; unknown access bits are refused"
+            }
+            ENOMEM => "RLIMIT_MEMLOCK (ulimit -l) too small to pin the buffer",
+            EFAULT => "the address range is not mapped in this process",
+            _ => return None,
+        }
+        .to_string(),
+    )
+}
+
+impl Pd {
+    /// `ibv_alloc_pd`.
+    pub fn new(ctx: &Context) -> Result<Pd> {
+        // SAFETY: a live context.
+        let pd = unsafe { ctx.libs().v.ibv_alloc_pd(ctx.as_ptr()) };
+        let pd = NonNull::new(pd)
+            .ok_or_else(|| os_error(format!("ibv_alloc_pd({})", ctx.name()), errno(), None))?;
+        Ok(Pd(Rc::new(PdInner {
+            ctx: ctx.clone(),
+            pd,
+        })))
+    }
+
+    /// Its device.
+    pub fn context(&self) -> &Context {
+        &self.0.ctx
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_pd {
+        self.0.pd.as_ptr()
+    }
+
+    /// Register host memory (`ibv_reg_mr`); the region owns `buf`.
+    pub fn reg_mr(&self, buf: HostBuf, access: Access) -> Result<HostMr> {
+        // SAFETY: `buf` is a live mapping of `len` bytes that the returned HostMr keeps
+        // alive (and unmaps only after deregistration: field order).
+        let mr = unsafe {
+            self.context().libs().v.ibv_reg_mr(
+                self.as_ptr(),
+                buf.ptr.as_ptr().cast(),
+                buf.len,
+                access.0 as i32,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| {
+            let e = errno();
+            os_error(
+                format!(
+                    "ibv_reg_mr({} bytes of host memory, access {access}) on {}",
+                    buf.len,
+                    self.context().name()
+                ),
+                e,
+                reg_mr_check(e),
+            )
+        })?;
+        Ok(HostMr {
+            mr: Mr {
+                pd: self.clone(),
+                mr,
+                access,
+                kind: MrKind::Host,
+            },
+            buf,
+        })
+    }
+
+    /// Register `len` bytes of a dma-buf, starting `offset` bytes into it, as seen by peers
+    /// at `iova` (`ibv_reg_dmabuf_mr`). The fd may be closed afterwards: the kernel keeps
+    /// its own reference to the dma-buf. Nothing is checked here: the provider and the
+    /// kernel answer (and their errno is what this returns).
+    pub fn reg_dmabuf_mr(
+        &self,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: BorrowedFd<'_>,
+        access: Access,
+    ) -> Result<Mr> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: the kernel validates offset, length, iova, access and the fd; nothing in
+        // this process's memory is handed over.
+        let mr = unsafe {
+            self.context().libs().v.ibv_reg_dmabuf_mr(
+                self.as_ptr(),
+                offset,
+                len,
+                iova,
+                raw,
+                access.0 as i32,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| {
+            let e = errno();
+            let what = match p2pbuf::DmaBufInfo::read(format!("/proc/self/fdinfo/{raw}")) {
+                Ok(i) => format!("{} dma-buf of {} bytes", i.exporter, i.size),
+                Err(_) => "not a dma-buf".into(),
+            };
+            os_error(
+                format!(
+                    "ibv_reg_dmabuf_mr(offset {offset}, length {len}, iova {iova:#x}, fd {raw} ({what}), access {access}) on {}",
+                    self.context().name()
+                ),
+                e,
+                dmabuf_mr_check(e),
+            )
+        })?;
+        Ok(Mr {
+            pd: self.clone(),
+            mr,
+            access,
+            kind: MrKind::DmaBuf { offset, iova },
+        })
+    }
+}
+
+/// What a region's memory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum MrKind {
+    /// Host memory (`ibv_reg_mr`).
+    Host,
+    /// A dma-buf (`ibv_reg_dmabuf_mr`).
+    DmaBuf {
+        /// Offset into the dma-buf.
+        offset: u64,
+        /// Address peers use for its first byte.
+        iova: u64,
+    },
+}
+
+/// A registered memory region; deregistered on drop.
+pub struct Mr {
+    pd: Pd,
+    mr: NonNull<ffi::ibv_mr>,
+    access: Access,
+    kind: MrKind,
+}
+
+/// The parts of an MR that a peer needs, and some for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MrInfo {
+    /// Address peers use for the first byte (virtual address, or the iova).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Key peers use.
+    pub rkey: u32,
+    /// Key for local work requests.
+    pub lkey: u32,
+    /// Access flags.
+    pub access: Access,
+    /// Host memory or dma-buf.
+    #[serde(flatten)]
+    pub kind: MrKind,
+}
+
+impl Mr {
+    /// Keys, address, length.
+    pub fn info(&self) -> MrInfo {
+        // SAFETY: the MR is live while `self` is.
+        let m = unsafe { self.mr.as_ref() };
+        MrInfo {
+            addr: match self.kind {
+                MrKind::Host => m.addr as u64,
+                MrKind::DmaBuf { iova, .. } => iova,
+            },
+            len: m.length as u64,
+            rkey: m.rkey,
+            lkey: m.lkey,
+            access: self.access,
+            kind: self.kind,
+        }
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+}
+
+impl fmt::Debug for Mr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.info().fmt(f)
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: a live MR, deregistered once; no work request uses it any more (the
+        // connections that used it wait for their completions).
+        unsafe { self.pd.context().libs().v.ibv_dereg_mr(self.mr.as_ptr()) };
+    }
+}
+
+/// Page-aligned anonymous host memory (mmap), unmapped on drop.
+pub struct HostBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl fmt::Debug for HostBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostBuf({} bytes)", self.len)
+    }
+}
+
+impl HostBuf {
+    /// `len` zeroed bytes.
+    pub fn new(len: usize) -> Result<HostBuf> {
+        if len == 0 {
+            return Err(Error::Protocol {
+                what: "allocating host memory".into(),
+                detail: "size must be > 0".into(),
+            });
+        }
+        // SAFETY: a fresh private anonymous mapping aliases nothing.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }
+        .map_err(|e| os_error(format!("mmap({len} bytes)"), e.raw_os_error(), None))?;
+        Ok(HostBuf {
+            ptr: NonNull::new(p.cast()).expect("mmap returned NULL"),
+            len,
+        })
+    }
+
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: zero-length buffers are refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first byte, for the HCA and for copies that must not assume exclusive access.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes. Peers may change them through RDMA at any time while the buffer is
+    /// registered with remote write access: read them when the protocol says the peer is
+    /// done.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: a live mapping of `len` bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable (see [`as_slice`](Self::as_slice)).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: a live mapping of `len` bytes; `&mut self` is exclusive in this process.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Host memory and its registration (the registration is dropped first).
+pub struct HostMr {
+    mr: Mr,
+    buf: HostBuf,
+}
+
+impl HostMr {
+    /// The registration.
+    pub fn mr(&self) -> &Mr {
+        &self.mr
+    }
+    /// The memory.
+    pub fn buf(&self) -> &HostBuf {
+        &self.buf
+    }
+    /// The memory, writable.
+    pub fn buf_mut(&mut self) -> &mut HostBuf {
+        &mut self.buf
+    }
+    /// Keys, address, length.
+    pub fn info(&self) -> MrInfo {
+        self.mr.info()
+    }
+}
+
+impl fmt::Debug for HostMr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.mr.fmt(f)
+    }
+}
+
+/// Name of a work completion status (`ibv_wc_status_str`).
+pub fn wc_status_str(status: u32) -> String {
+    match libs() {
+        Ok(l) => {
+            // SAFETY: returns a static string for any value.
+            let p = unsafe { l.v.ibv_wc_status_str(status) };
+            if p.is_null() {
+                format!("status {status}")
+            } else {
+                // SAFETY: a NUL-terminated static string.
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        }
+        Err(_) => format!("status {status}"),
+    }
+}
+
+/// A completion queue (polled, no completion channel).
+pub struct Cq {
+    ctx: Context,
+    cq: NonNull<ffi::ibv_cq>,
+}
+
+/// One work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// `IBV_WC_*` status (0: success).
+    pub status: u32,
+    /// `IBV_WC_*` opcode.
+    pub opcode: u32,
+    /// Bytes received (receives).
+    pub byte_len: u32,
+    /// Vendor error.
+    pub vendor_err: u32,
+}
+
+impl Cq {
+    /// `ibv_create_cq` with `cqe` entries.
+    pub fn new(ctx: &Context, cqe: i32) -> Result<Cq> {
+        // SAFETY: a live context; no channel, no user context.
+        let cq = unsafe {
+            ctx.libs().v.ibv_create_cq(
+                ctx.as_ptr(),
+                cqe,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        let cq = NonNull::new(cq).ok_or_else(|| {
+            os_error(
+                format!("ibv_create_cq({cqe}) on {}", ctx.name()),
+                errno(),
+                None,
+            )
+        })?;
+        Ok(Cq {
+            ctx: ctx.clone(),
+            cq,
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_cq {
+        self.cq.as_ptr()
+    }
+
+    /// `ibv_poll_cq` for up to `max` completions.
+    pub fn poll(&self, max: usize) -> Result<Vec<Completion>> {
+        let mut wc = vec![ffi::ibv_wc::default(); max.max(1)];
+        // SAFETY: ibv_poll_cq is a static inline that calls the context's poll_cq op with
+        // the CQ and an array of `wc.len()` entries.
+        let n = unsafe {
+            let ctx = (*self.cq.as_ptr()).context;
+            let poll = (*ctx).ops.poll_cq.expect("provider without poll_cq");
+            poll(self.cq.as_ptr(), wc.len() as i32, wc.as_mut_ptr())
+        };
+        if n < 0 {
+            return Err(os_error(
+                format!("ibv_poll_cq on {}", self.ctx.name()),
+                -n,
+                None,
+            ));
+        }
+        Ok(wc[..n as usize]
+            .iter()
+            .map(|w| Completion {
+                wr_id: w.wr_id,
+                status: w.status,
+                opcode: w.opcode,
+                byte_len: w.byte_len,
+                vendor_err: w.vendor_err,
+            })
+            .collect())
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: the QPs that use it are destroyed before (they own the Cq after them).
+        unsafe { self.ctx.libs().v.ibv_destroy_cq(self.cq.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_parses_and_prints() {
+        let a: Access = "lw,rw,rr".parse().unwrap();
+        assert_eq!(a, Access::REMOTE_RW);
+        assert_eq!(a.to_string(), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ");
+        assert_eq!("none".parse::<Access>().unwrap(), Access(0));
+        assert_eq!(Access(0).to_string(), "none");
+        assert_eq!(
+            "IBV_ACCESS_REMOTE_READ".parse::<Access>().unwrap(),
+            Access::REMOTE_READ
+        );
+        assert_eq!(
+            "0x3".parse::<Access>().unwrap(),
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        );
+        assert!("bogus".parse::<Access>().is_err());
+        assert_eq!(Access(1 << 30).to_string(), "0x40000000");
+    }
+
+    #[test]
+    fn access_values_are_the_headers() {
+        assert_eq!(Access::LOCAL_WRITE.0, 1);
+        assert_eq!(Access::REMOTE_WRITE.0, 2);
+        assert_eq!(Access::REMOTE_READ.0, 4);
+        assert_eq!(Access::REMOTE_ATOMIC.0, 8);
+    }
+
+    #[test]
+    fn dmabuf_errors_say_what_to_check() {
+        assert!(dmabuf_mr_check(EOPNOTSUPP)
+            .unwrap()
+            .contains("lacks dma-buf MR support"));
+        assert!(dmabuf_mr_check(EINVAL).unwrap().contains("LOCAL_WRITE"));
+        assert!(dmabuf_mr_check(1234).is_none());
+    }
+
+    #[test]
+    fn host_buf_is_zeroed_and_writable() {
+        let mut b = HostBuf::new(8192).unwrap();
+        assert!(b.as_slice().iter().all(|x| *x == 0));
+        b.as_mut_slice()[8191] = 1;
+        assert_eq!(b.as_slice()[8191], 1);
+        assert!(HostBuf::new(0).is_err());
+    }
+
+    /// On a machine with rdma-core and an RDMA device this registers host memory; without,
+    /// the error must be the "unavailable" kind that says what to do.
+    #[test]
+    fn open_first_device_or_explain() {
+        match Context::open(None) {
+            Ok(ctx) => {
+                let pd = Pd::new(&ctx).unwrap();
+                let mr = pd
+                    .reg_mr(HostBuf::new(4096).unwrap(), Access::REMOTE_RW)
+                    .unwrap();
+                assert_eq!(mr.info().len, 4096);
+            }
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e:?}");
+                let s = e.to_string();
+                assert!(s.contains("rdma") || s.contains("RDMA"), "{s}");
+            }
+        }
+    }
+}
