@@ -4,6 +4,7 @@
 //! the machine lacks what was asked for (no GPU, no driver support, no
 //! RDMA device, no /dev/udmabuf), 2 for usage errors.
 
+mod rdma;
 mod target;
 
 use std::os::fd::AsRawFd;
@@ -68,11 +69,45 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold: u64,
     },
+    /// Allocate a dma-buf (udmabuf, or device memory from the p2pbuf
+    /// exporter), report it, and optionally send it to a receiver
+    /// (`p2pbuf recv`, `p2pbuf rdma serve --buf fd-from SOCKET`).
+    Alloc {
+        /// The exporter.
+        #[arg(long, value_enum, default_value = "udmabuf")]
+        kind: AllocKind,
+        /// Bytes (rounded up to the page size): 4096, 2M, 64MiB.
+        #[arg(long, value_parser = target::parse_size)]
+        size: usize,
+        /// Fill it with this byte through its mmap (0-255 or 0x00-0xff).
+        #[arg(long, value_parser = target::parse_byte)]
+        fill: Option<u8>,
+        /// Send the fd to a receiver listening on this Unix socket.
+        #[arg(long)]
+        send: Option<PathBuf>,
+        /// Seconds to wait for the receiver's socket.
+        #[arg(long, default_value_t = 10)]
+        wait: u64,
+        /// Keep the buffer this many seconds before exiting.
+        #[arg(long, default_value_t = 0)]
+        hold: u64,
+    },
+    /// RDMA: serve a buffer (host memory or a dma-buf), write into it and
+    /// read from it from a client, register buffers.
+    #[command(subcommand)]
+    Rdma(rdma::RdmaCmd),
     /// CUDA device memory as a dma-buf (build with `--features cuda`).
     #[command(subcommand)]
     Cuda(CudaCmd),
-    // Later: alloc (the p2pbuf exporter), rdma serve/write, nvme
-    // read/write, fpga copy. They need the kernel modules.
+    // Later: nvme read/write, fpga copy. They need the kernel modules.
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum AllocKind {
+    /// /dev/udmabuf (memfd pages).
+    Udmabuf,
+    /// /dev/p2pbuf (PCI device memory).
+    P2pbuf,
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,8 +184,83 @@ fn run(cli: Cli) -> p2pbuf::Result<()> {
             rdma,
             hold,
         } => recv(&socket, mmap, rdma, hold, cli.json),
+        Cmd::Alloc {
+            kind,
+            size,
+            fill,
+            send,
+            wait,
+            hold,
+        } => alloc(kind, size, fill, send.as_deref(), wait, hold, cli.json),
+        Cmd::Rdma(c) => rdma::run(c, cli.json),
         Cmd::Cuda(c) => cuda(c, cli.json),
     }
+}
+
+fn alloc(
+    kind: AllocKind,
+    size: usize,
+    fill: Option<u8>,
+    send: Option<&Path>,
+    wait: u64,
+    hold: u64,
+    json: bool,
+) -> p2pbuf::Result<()> {
+    let (buf, offset) = match kind {
+        AllocKind::Udmabuf => (p2pbuf::udmabuf::alloc(size as u64)?, None),
+        AllocKind::P2pbuf => {
+            let a = p2pbuf::exporter::alloc(size as u64)?;
+            (a.buf, Some((a.provider, a.offset)))
+        }
+    };
+    if let Some(b) = fill {
+        let mut m = buf.map(Access::ReadWrite)?;
+        let mut w = m.write()?;
+        w.fill(b);
+        w.finish()?;
+    }
+    if !json {
+        print_info(
+            &format!(
+                "allocated {}{}",
+                human_size(buf.size()),
+                offset.map_or(String::new(), |(p, o)| format!(
+                    " from provider {p} at BAR offset {o:#x}"
+                ))
+            ),
+            Some(buf.as_raw_fd()),
+            buf.info(),
+        );
+    }
+    let ack = match send {
+        Some(s) => {
+            let a = send_to(s, &buf, wait)?;
+            if !json {
+                println!("sent to {}; receiver: {a}", s.display());
+            }
+            Some(a)
+        }
+        None => None,
+    };
+    if json {
+        println!(
+            "{}",
+            json!({
+                "fd": buf.as_raw_fd(),
+                "pid": std::process::id(),
+                "info": buf.info(),
+                "provider": offset.map(|o| o.0),
+                "bar_offset": offset.map(|o| o.1),
+                "fill": fill,
+                "sent_to": send,
+                "receiver": ack,
+            })
+        );
+    }
+    if hold > 0 {
+        std::thread::sleep(Duration::from_secs(hold));
+    }
+    Ok(())
 }
 
 fn print_info(title: &str, fd: Option<i32>, i: &DmaBufInfo) {
@@ -324,11 +434,30 @@ fn try_mmap(buf: &DmaBuf) -> Outcome {
     }
 }
 
+/// Register `buf` for RDMA (ibv_reg_dmabuf_mr on the first device) and report.
 fn try_rdma(buf: &DmaBuf) -> Outcome {
-    match p2pbuf::rdma::register(buf, None) {
-        Ok(()) => Outcome {
+    let r = (|| {
+        let ctx = p2pbuf_rdma::Context::open(None)?;
+        let pd = p2pbuf_rdma::Pd::new(&ctx)?;
+        let mr = pd.reg_dmabuf_mr(
+            0,
+            buf.size() as usize,
+            0,
+            std::os::fd::AsFd::as_fd(buf),
+            p2pbuf_rdma::Access::REMOTE_RW,
+        )?;
+        let i = mr.info();
+        Ok::<_, Error>(format!(
+            "registered on {} with ibv_reg_dmabuf_mr: rkey {:#x}, {} bytes",
+            ctx.name(),
+            i.rkey,
+            i.len
+        ))
+    })();
+    match r {
+        Ok(detail) => Outcome {
             ok: true,
-            detail: "registered".into(),
+            detail,
             errno: None,
             first_bytes: None,
         },

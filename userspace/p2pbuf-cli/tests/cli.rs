@@ -91,3 +91,43 @@ fn recv_refuses_a_memfd_and_tells_the_sender() {
     assert!(!sock.exists(), "socket file left behind");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+fn has_rdma_device() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+#[test]
+fn rdma_serve_without_a_device_says_how_to_get_one() {
+    if has_rdma_device() {
+        return;
+    }
+    let o = p2pbuf(&["rdma", "serve", "--size", "1M", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("rdma link add rxe0"), "{}", stderr(&o));
+    let o = p2pbuf(&["--json", "rdma", "reg", "--buf", "host", "--size", "4096"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["unavailable"], true, "{v}");
+}
+
+#[test]
+fn rdma_usage_errors() {
+    let o = p2pbuf(&["rdma", "write", "--server", "127.0.0.1", "--size", "4096"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--pattern"), "{}", stderr(&o));
+    let o = p2pbuf(&["rdma", "reg", "--buf", "fd-from"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("needs a path"), "{}", stderr(&o));
+    let o = p2pbuf(&["rdma", "reg", "--buf", "host", "--access", "bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn alloc_from_a_missing_exporter_is_unavailable() {
+    if std::path::Path::new("/dev/p2pbuf").exists() {
+        return;
+    }
+    let o = p2pbuf(&["alloc", "--kind", "p2pbuf", "--size", "4096"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("/dev/p2pbuf"), "{}", stderr(&o));
+}

@@ -81,13 +81,17 @@ impl Channel {
         let ch = unsafe { libs.cm.rdma_create_event_channel() };
         let ch = NonNull::new(ch).ok_or_else(|| {
             let e = errno();
-            os_error(
-                "rdma_create_event_channel",
-                e,
-                Some(format!(
-                    "/dev/infiniband/rdma_cm (CONFIG_INFINIBAND_USER_ACCESS, rdma_ucm); {NO_DEVICE_CHECK}"
-                )),
-            )
+            if e == ENODEV || e == 2 {
+                // No /dev/infiniband/rdma_cm: no RDMA device (or no rdma_ucm).
+                return Error::Unavailable {
+                    what: "rdma_create_event_channel".into(),
+                    detail: format!("{} (errno {e})", p2pbuf::error::errno_text(e)),
+                    check: Some(format!(
+                        "{NO_DEVICE_CHECK}; /dev/infiniband/rdma_cm needs CONFIG_INFINIBAND_USER_ACCESS (rdma_ucm)"
+                    )),
+                };
+            }
+            os_error("rdma_create_event_channel", e, Some(NO_DEVICE_CHECK.into()))
         })?;
         Ok(Rc::new(Channel {
             libs,
