@@ -1,0 +1,719 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * p2pbuf importer: the DMA engine (QEMU's edu device, the FPGA stand-in) behind
+ * /dev/p2pbuf-dma imports dma-buf fds and copies between them, verified byte for byte:
+ * system memory (udmabuf) to system memory at sizes from 1 byte up and unaligned offsets,
+ * every documented error, and, when the exporter's /dev/p2pbuf is there, device memory to
+ * device memory, device to system and back, and a revoke in the middle of a copy.
+ *
+ * The engine moves at most 4095 bytes per transfer, and QEMU's model finishes each transfer
+ * 100 ms after it starts, so a copy runs at 10 to 20 KiB/s: the largest system-memory copy is
+ * 256 KiB unless the kernel command line says p2pbuf.importer_max_kib=N (cargo xtask test
+ * --append p2pbuf.importer_max_kib=N).
+ *
+ * The test loads p2pbuf_importer (and p2pbuf_exporter) from /lib/modules/p2pbuf if they are
+ * not loaded, and unloads what it loaded when it ends.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/dma-buf.h>
+#include <linux/udmabuf.h>
+
+#include "kselftest_harness.h"
+
+#if __has_include("uapi/linux/p2pbuf.h")
+#include "uapi/linux/p2pbuf.h"
+#endif
+
+#ifndef P2PBUF_DMA_IOCTL_COPY
+
+TEST(importer_uapi)
+{
+	SKIP(return, "uapi/linux/p2pbuf.h has no DMA engine section");
+}
+
+#else
+
+#define PAGE 4096UL
+#define DMA_DEV "/dev/p2pbuf-dma"
+
+/* Modules this test loaded, to unload when it ends. */
+static int loaded_importer, loaded_exporter;
+
+static int load_module(const char *name)
+{
+	char path[256], cmd[512];
+
+	snprintf(path, sizeof(path), "/sys/module/%s", name);
+	if (access(path, F_OK) == 0)
+		return 0;
+	snprintf(path, sizeof(path), "/lib/modules/p2pbuf/%s.ko", name);
+	if (access(path, F_OK))
+		return 0;
+	snprintf(cmd, sizeof(cmd), "insmod %s", path);
+	return system(cmd) == 0;
+}
+
+__attribute__((constructor)) static void load_modules(void)
+{
+	loaded_exporter = load_module("p2pbuf_exporter");
+	loaded_importer = load_module("p2pbuf_importer");
+}
+
+__attribute__((destructor)) static void unload_modules(void)
+{
+	if (loaded_importer && system("rmmod p2pbuf_importer"))
+		fprintf(stderr, "# rmmod p2pbuf_importer failed\n");
+	if (loaded_exporter && system("rmmod p2pbuf_exporter"))
+		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
+}
+
+/* A number from the kernel command line (p2pbuf.<key>=N), or def. */
+static unsigned long cmdline_ul(const char *key, unsigned long def)
+{
+	char line[4096], pat[64], *p;
+	FILE *f = fopen("/proc/cmdline", "r");
+	unsigned long v = def;
+
+	if (!f)
+		return def;
+	snprintf(pat, sizeof(pat), "p2pbuf.%s=", key);
+	if (fgets(line, sizeof(line), f) && (p = strstr(line, pat)))
+		v = strtoul(p + strlen(pat), NULL, 0);
+	fclose(f);
+	return v;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A dma-buf with a CPU mapping. */
+struct buf {
+	int fd;		/* the dma-buf */
+	int memfd;	/* udmabuf: its memfd; device memory: -1 */
+	uint8_t *map;
+	size_t size;
+};
+
+static void buf_free(struct buf *b)
+{
+	if (b->map && b->map != MAP_FAILED)
+		munmap(b->map, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	if (b->memfd >= 0)
+		close(b->memfd);
+	memset(b, 0, sizeof(*b));
+	b->fd = b->memfd = -1;
+}
+
+/* System memory: a sealed memfd turned into a dma-buf by /dev/udmabuf. Returns 0 or -errno. */
+static int udmabuf_alloc(struct buf *b, size_t size)
+{
+	struct udmabuf_create c = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = size };
+	int dev, err;
+
+	memset(b, 0, sizeof(*b));
+	b->fd = -1;
+	b->size = size;
+	b->memfd = memfd_create("p2pbuf-importer", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	if (b->memfd < 0)
+		return -errno;
+	if (ftruncate(b->memfd, size) || fcntl(b->memfd, F_ADD_SEALS, F_SEAL_SHRINK))
+		goto fail;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->memfd, 0);
+	if (b->map == MAP_FAILED)
+		goto fail;
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		goto fail;
+	c.memfd = b->memfd;
+	b->fd = ioctl(dev, UDMABUF_CREATE, &c);
+	err = errno;
+	close(dev);
+	if (b->fd < 0) {
+		errno = err;
+		goto fail;
+	}
+	return 0;
+fail:
+	err = -errno;
+	buf_free(b);
+	return err;
+}
+
+/* Device memory from the exporter's provider 0. Returns 0 or -errno. */
+static int devbuf_alloc(int p2p, struct buf *b, size_t size)
+{
+	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
+	int err;
+
+	memset(b, 0, sizeof(*b));
+	b->fd = b->memfd = -1;
+	b->size = size;
+	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+		return -errno;
+	b->fd = a.fd;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+	if (b->map == MAP_FAILED) {
+		err = -errno;
+		buf_free(b);
+		return err;
+	}
+	return 0;
+}
+
+static void cpu_access(struct buf *b, int start)
+{
+	struct dma_buf_sync s = {
+		.flags = (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW,
+	};
+
+	ioctl(b->fd, DMA_BUF_IOCTL_SYNC, &s);
+}
+
+static uint8_t pat(size_t i, unsigned int seed)
+{
+	return (uint8_t)(i * 31 + seed + (i >> 11));
+}
+
+static void fill(struct buf *b, unsigned int seed)
+{
+	size_t i;
+
+	cpu_access(b, 1);
+	for (i = 0; i < b->size; i++)
+		b->map[i] = pat(i, seed);
+	cpu_access(b, 0);
+}
+
+/* Returns the handle, or -errno; fills *out if given. */
+static int imp_import(int dev, int fd, struct p2pbuf_dma_import *out)
+{
+	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
+
+	if (ioctl(dev, P2PBUF_DMA_IOCTL_IMPORT, &a))
+		return -errno;
+	if (out)
+		*out = a;
+	return (int)a.handle;
+}
+
+static int imp_release(int dev, __u32 handle)
+{
+	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
+
+	return ioctl(dev, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
+}
+
+/* Returns the ioctl's result (bytes copied) or -errno; *a is updated by the kernel. */
+static long imp_copy_args(int dev, struct p2pbuf_dma_copy *a)
+{
+	int r;
+
+	a->size = sizeof(*a);
+	r = ioctl(dev, P2PBUF_DMA_IOCTL_COPY, a);
+	return r < 0 ? -errno : r;
+}
+
+static long imp_copy(int dev, __u32 src, __u64 soff, __u32 dst, __u64 doff, __u64 len)
+{
+	struct p2pbuf_dma_copy a = {
+		.src_handle = src, .src_offset = soff,
+		.dst_handle = dst, .dst_offset = doff, .len = len,
+	};
+
+	return imp_copy_args(dev, &a);
+}
+
+/*
+ * Copies src[soff..+len] to dst[doff..+len] with the engine and checks dst byte for byte:
+ * the range holds the source's bytes and everything around it is untouched. Returns the
+ * number of bad bytes (0: good), or -errno if the copy failed.
+ */
+static long copy_and_check(struct __test_metadata *_metadata, int dev, struct buf *src,
+			   __u32 hs, size_t soff, struct buf *dst, __u32 hd, size_t doff, size_t len,
+			   unsigned int seed)
+{
+	struct p2pbuf_dma_copy a = {
+		.src_handle = hs, .src_offset = soff,
+		.dst_handle = hd, .dst_offset = doff, .len = len,
+	};
+	size_t i, bad = 0, first = 0;
+	double t;
+	long r;
+
+	fill(src, seed);
+	fill(dst, seed + 101);
+	t = now();
+	r = imp_copy_args(dev, &a);
+	t = now() - t;
+	if (r < 0) {
+		TH_LOG("copy %zu bytes %zu -> %zu: %s (copied %llu)", len, soff, doff,
+		       strerror((int)-r), (unsigned long long)a.copied);
+		return r;
+	}
+	EXPECT_EQ((long)len, r);
+	EXPECT_EQ((__u64)len, a.copied);
+	cpu_access(dst, 1);
+	for (i = 0; i < dst->size; i++) {
+		uint8_t want = (i >= doff && i < doff + len) ? pat(i - doff + soff, seed) :
+							       pat(i, seed + 101);
+
+		if (dst->map[i] != want && !bad++)
+			first = i;
+	}
+	cpu_access(dst, 0);
+	if (bad)
+		TH_LOG("copy %zu bytes %zu -> %zu: %zu bad bytes, first at %zu", len, soff, doff,
+		       bad, first);
+	else
+		TH_LOG("copy %7zu bytes %5zu -> %5zu: ok, %u transfers, %.2f s (%.1f KiB/s)", len,
+		       soff, doff, a.nr_transfers, t, len / 1024.0 / (t > 0 ? t : 1));
+	return (long)bad;
+}
+
+/* Attached devices of the dma-buf fd as /sys/kernel/debug/dma_buf/bufinfo lists them. */
+static int attached_devices(int fd)
+{
+	char line[512], ino[32];
+	struct stat st;
+	int in = 0, n = -1;
+	FILE *f;
+
+	if (fstat(fd, &st))
+		return -1;
+	snprintf(ino, sizeof(ino), "\t%08llu\t", (unsigned long long)st.st_ino);
+	f = fopen("/sys/kernel/debug/dma_buf/bufinfo", "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!in && strstr(line, ino) && line[0] != '\t')
+			in = 1;
+		else if (in && sscanf(line, "Total %d devices attached", &n) == 1)
+			break;
+	}
+	fclose(f);
+	return n;
+}
+
+static const char *map_type_name(__u32 t)
+{
+	switch (t) {
+	case P2PBUF_DMA_MAP_HOST_MEMORY: return "HOST_MEMORY";
+	case P2PBUF_DMA_MAP_BUS_ADDR: return "BUS_ADDR";
+	case P2PBUF_DMA_MAP_THRU_HOST_BRIDGE: return "THRU_HOST_BRIDGE";
+	default: return "UNKNOWN";
+	}
+}
+
+FIXTURE(importer)
+{
+	int dev;
+	struct buf a, b;	/* two system-memory buffers */
+	int ha, hb;
+};
+
+FIXTURE_SETUP(importer)
+{
+	size_t size = cmdline_ul("importer_max_kib", 256) * 1024 + 64 * 1024;
+	int r;
+
+	self->a.fd = self->b.fd = self->a.memfd = self->b.memfd = -1;
+	self->dev = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	if (self->dev < 0)
+		SKIP(return, DMA_DEV ": %s (no edu device 1234:11e8, or p2pbuf_importer not loaded)",
+		     strerror(errno));
+	r = udmabuf_alloc(&self->a, size);
+	if (r == -ENOENT)
+		SKIP(return, "no /dev/udmabuf");
+	ASSERT_EQ(0, r) TH_LOG("udmabuf: %s", strerror(-r));
+	ASSERT_EQ(0, udmabuf_alloc(&self->b, size));
+	self->ha = imp_import(self->dev, self->a.fd, NULL);
+	ASSERT_GT(self->ha, 0) TH_LOG("import: %s", strerror(-self->ha));
+	self->hb = imp_import(self->dev, self->b.fd, NULL);
+	ASSERT_GT(self->hb, 0) TH_LOG("import: %s", strerror(-self->hb));
+}
+
+FIXTURE_TEARDOWN(importer)
+{
+	buf_free(&self->a);
+	buf_free(&self->b);
+	if (self->dev >= 0)
+		close(self->dev);
+}
+
+TEST_F(importer, import_reports_the_buffer)
+{
+	struct p2pbuf_dma_import info;
+	struct buf c;
+	int h;
+
+	ASSERT_EQ(0, udmabuf_alloc(&c, 3 * PAGE));
+	h = imp_import(self->dev, c.fd, &info);
+	ASSERT_GT(h, 0);
+	EXPECT_NE(self->ha, h);
+	EXPECT_NE(self->hb, h);
+	EXPECT_EQ(3 * PAGE, info.length);
+	EXPECT_EQ(P2PBUF_DMA_MAP_HOST_MEMORY, info.map_type);
+	EXPECT_GE(info.nr_ranges, 1U);
+	EXPECT_LE(info.nr_ranges, 3U);
+	/* The engine's PCI device is attached, and only while imported. */
+	EXPECT_EQ(1, attached_devices(c.fd));
+	EXPECT_EQ(0, imp_release(self->dev, h));
+	EXPECT_EQ(0, attached_devices(c.fd));
+	buf_free(&c);
+}
+
+TEST_F_TIMEOUT(importer, copy_system_memory_sizes_and_offsets, 600)
+{
+	struct { size_t len, soff, doff; } c[] = {
+		{ 1, 0, 0 },
+		{ 1, PAGE - 1, PAGE - 1 },
+		{ 7, 13, PAGE - 3 },
+		{ PAGE - 1, 3, 5 },
+		{ PAGE, 0, 0 },
+		{ PAGE, 1, PAGE - 1 },
+		{ PAGE + 1, PAGE - 1, 2 },
+		{ 3 * PAGE + 5, 100, 7 },
+		{ 16 * PAGE + 123, 777, 3333 },
+		{ cmdline_ul("importer_max_kib", 256) * 1024, 0, 0 },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		ASSERT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, c[i].soff,
+					    &self->b, self->hb, c[i].doff, c[i].len, (unsigned int)i));
+}
+
+TEST_F(importer, copy_within_one_buffer)
+{
+	fill(&self->a, 5);
+	/* Disjoint ranges of one buffer are fine, in both orders. */
+	EXPECT_EQ((long)PAGE, imp_copy(self->dev, self->ha, 0, self->ha, 2 * PAGE + 1, PAGE));
+	EXPECT_EQ(10L, imp_copy(self->dev, self->ha, 5 * PAGE, self->ha, 10, 10));
+	cpu_access(&self->a, 1);
+	EXPECT_EQ(0, memcmp(self->a.map + 2 * PAGE + 1, self->a.map, 10));
+	cpu_access(&self->a, 0);
+	/* Overlapping ranges are refused (the engine's window is no memmove). */
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->ha, 100, 200));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 100, self->ha, 0, 200));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->ha, 0, 1));
+}
+
+TEST_F(importer, import_errors)
+{
+	struct p2pbuf_dma_import a = { .size = sizeof(a) };
+	struct { struct p2pbuf_dma_import i; __u32 extra[2]; } big;
+	int fd, memfd, r;
+
+	/* Not an fd, a closed fd: EBADF. */
+	EXPECT_EQ(-EBADF, imp_import(self->dev, -1, NULL));
+	fd = dup(self->a.fd);
+	close(fd);
+	EXPECT_EQ(-EBADF, imp_import(self->dev, fd, NULL));
+	/* Files that are not dma-bufs: EINVAL. */
+	memfd = memfd_create("not-a-dma-buf", MFD_CLOEXEC);
+	ASSERT_GE(memfd, 0);
+	EXPECT_EQ(-EINVAL, imp_import(self->dev, memfd, NULL));
+	close(memfd);
+	EXPECT_EQ(-EINVAL, imp_import(self->dev, self->dev, NULL));
+	/* The same buffer again, through the same or another fd: EEXIST. */
+	EXPECT_EQ(-EEXIST, imp_import(self->dev, self->a.fd, NULL));
+	fd = dup(self->a.fd);
+	EXPECT_EQ(-EEXIST, imp_import(self->dev, fd, NULL));
+	close(fd);
+	/* Unknown flags. */
+	a.fd = self->a.fd;
+	a.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &a));
+	EXPECT_EQ(EINVAL, errno);
+	/* Struct sizes: too small; larger with a non-zero tail; larger with a zero tail. */
+	a.flags = 0;
+	a.size = 8;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &a));
+	EXPECT_EQ(EINVAL, errno);
+	memset(&big, 0, sizeof(big));
+	big.i.size = sizeof(big);
+	big.i.fd = self->a.fd;
+	big.extra[1] = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &big));
+	EXPECT_EQ(E2BIG, errno);
+	big.extra[1] = 0;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &big));
+	EXPECT_EQ(EEXIST, errno);
+	/* Bad pointers, unknown ioctls. */
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, (void *)16));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, NULL));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x1f), &a));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &a));
+	EXPECT_EQ(ENOTTY, errno);
+	/* After all that, a release and a new import work. */
+	EXPECT_EQ(0, imp_release(self->dev, self->ha));
+	r = imp_import(self->dev, self->a.fd, NULL);
+	EXPECT_GT(r, 0);
+	self->ha = r;
+}
+
+TEST_F(importer, copy_errors)
+{
+	struct p2pbuf_dma_copy a = {
+		.src_handle = self->ha, .dst_handle = self->hb, .len = 1,
+	};
+	__u64 size = self->a.size;
+	struct buf small;
+	int hs;
+
+	/* Unknown handles. */
+	EXPECT_EQ(-ENOENT, imp_copy(self->dev, 0, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENOENT, imp_copy(self->dev, self->ha, 0, 999999, 0, 1));
+	/* Ranges past the end, on either side, and arithmetic overflow. */
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, size, self->hb, 0, 1));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, size - 1, 2));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 0, size + 1));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, ~0ULL, self->hb, 0, 2));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 2, ~0ULL));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 0, 0));
+	/* A smaller destination bounds the copy. */
+	ASSERT_EQ(0, udmabuf_alloc(&small, PAGE));
+	hs = imp_import(self->dev, small.fd, NULL);
+	ASSERT_GT(hs, 0);
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, hs, 0, PAGE + 1));
+	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, hs, 1, PAGE));
+	/* Unknown flags, bad pointers. */
+	a.flags = 1;
+	EXPECT_EQ(-EINVAL, imp_copy_args(self->dev, &a));
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_COPY, (void *)8));
+	EXPECT_EQ(EFAULT, errno);
+	/* A released handle is unknown. */
+	EXPECT_EQ(0, imp_release(self->dev, hs));
+	EXPECT_EQ(-ENOENT, imp_copy(self->dev, self->ha, 0, hs, 0, 1));
+	buf_free(&small);
+}
+
+TEST_F(importer, release_errors)
+{
+	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = self->ha, .flags = 1 };
+
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.flags = 0;
+	r.reserved = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(-ENOENT, imp_release(self->dev, 0));
+	EXPECT_EQ(-ENOENT, imp_release(self->dev, 999999));
+	EXPECT_EQ(0, imp_release(self->dev, self->ha));
+	EXPECT_EQ(-ENOENT, imp_release(self->dev, self->ha));
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, (void *)8));
+	EXPECT_EQ(EFAULT, errno);
+}
+
+TEST_F(importer, handles_are_per_file_and_released_on_close)
+{
+	int other = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	int h;
+
+	ASSERT_GE(other, 0);
+	/* Another file does not see our handles, and may import the same buffer. */
+	EXPECT_EQ(-ENOENT, imp_copy(other, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENOENT, imp_release(other, self->ha));
+	h = imp_import(other, self->a.fd, NULL);
+	ASSERT_GT(h, 0);
+	EXPECT_EQ(2, attached_devices(self->a.fd));
+	/* Closing it detaches its buffers, and only those. */
+	close(other);
+	EXPECT_EQ(1, attached_devices(self->a.fd));
+	EXPECT_EQ(1, attached_devices(self->b.fd));
+	EXPECT_EQ(1L, imp_copy(self->dev, self->ha, 0, self->hb, 0, 1));
+}
+
+TEST_F(importer, timeout)
+{
+	struct p2pbuf_dma_copy a = {
+		.src_handle = self->ha, .dst_handle = self->hb, .len = 2 * PAGE,
+		.timeout_ms = 1,
+	};
+
+	/* A transfer takes the model 100 ms: 1 ms is too short. */
+	EXPECT_EQ(-ETIMEDOUT, imp_copy_args(self->dev, &a));
+	EXPECT_EQ(0ULL, a.copied);
+	EXPECT_EQ(1U, a.nr_transfers);
+	/* The engine is usable again afterwards. */
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, 1, &self->b,
+				    self->hb, 2, 2 * PAGE, 9));
+}
+
+/* Device memory from the exporter (/dev/p2pbuf), with system memory beside it. */
+FIXTURE(devmem)
+{
+	int dev, p2p;
+	struct buf d1, d2, s;
+	int h1, h2, hs;
+	struct p2pbuf_dma_import info;
+};
+
+#define DEVMEM_SIZE (1UL << 20)
+
+FIXTURE_SETUP(devmem)
+{
+	int r;
+
+	self->d1.fd = self->d2.fd = self->s.fd = -1;
+	self->d1.memfd = self->d2.memfd = self->s.memfd = -1;
+	self->p2p = -1;
+	self->dev = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	if (self->dev < 0)
+		SKIP(return, DMA_DEV ": %s", strerror(errno));
+	self->p2p = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
+	if (self->p2p < 0)
+		SKIP(return, "/dev/p2pbuf: %s (p2pbuf_exporter not loaded or not bound)",
+		     strerror(errno));
+	r = devbuf_alloc(self->p2p, &self->d1, DEVMEM_SIZE);
+	if (r)
+		SKIP(return, "/dev/p2pbuf alloc: %s", strerror(-r));
+	ASSERT_EQ(0, devbuf_alloc(self->p2p, &self->d2, DEVMEM_SIZE));
+	r = udmabuf_alloc(&self->s, DEVMEM_SIZE);
+	if (r == -ENOENT)
+		SKIP(return, "no /dev/udmabuf");
+	ASSERT_EQ(0, r);
+	self->h1 = imp_import(self->dev, self->d1.fd, &self->info);
+	if (self->h1 == -EOPNOTSUPP)
+		SKIP(return, "the exporter refuses the engine: no peer-to-peer path in this topology");
+	ASSERT_GT(self->h1, 0) TH_LOG("import device memory: %s", strerror(-self->h1));
+	self->h2 = imp_import(self->dev, self->d2.fd, NULL);
+	ASSERT_GT(self->h2, 0);
+	self->hs = imp_import(self->dev, self->s.fd, NULL);
+	ASSERT_GT(self->hs, 0);
+}
+
+FIXTURE_TEARDOWN(devmem)
+{
+	buf_free(&self->d1);
+	buf_free(&self->d2);
+	buf_free(&self->s);
+	if (self->p2p >= 0)
+		close(self->p2p);
+	if (self->dev >= 0)
+		close(self->dev);
+}
+
+TEST_F(devmem, import_reports_peer_to_peer)
+{
+	const char *topo = getenv("P2PBUF_TOPOLOGY");
+
+	TH_LOG("device memory: map type %s, %u range(s), %llu bytes",
+	       map_type_name(self->info.map_type), self->info.nr_ranges,
+	       (unsigned long long)self->info.length);
+	EXPECT_EQ(DEVMEM_SIZE, self->info.length);
+	EXPECT_TRUE(self->info.map_type == P2PBUF_DMA_MAP_BUS_ADDR ||
+		    self->info.map_type == P2PBUF_DMA_MAP_THRU_HOST_BRIDGE);
+	/* Behind one switch, the engine gets the peer's bus addresses. */
+	if (topo && !strcmp(topo, "switch"))
+		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, self->info.map_type);
+}
+
+TEST_F_TIMEOUT(devmem, device_to_device, 300)
+{
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->d1, self->h1, 0, &self->d2,
+				    self->h2, 0, 1, 1));
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->d1, self->h1, 5, &self->d2,
+				    self->h2, 4099, 3 * PAGE + 17, 2));
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->d1, self->h1, 0, &self->d2,
+				    self->h2, 0, 64 * 1024, 3));
+}
+
+TEST_F_TIMEOUT(devmem, device_to_system_and_back, 300)
+{
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->d1, self->h1, 123, &self->s,
+				    self->hs, 4000, 5 * PAGE + 1, 4));
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->s, self->hs, 4000, &self->d1,
+				    self->h1, 123, 5 * PAGE + 1, 5));
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->s, self->hs, 0, &self->d2,
+				    self->h2, 0, 64 * 1024, 6));
+}
+
+struct bg_copy {
+	int dev;
+	struct p2pbuf_dma_copy a;
+	long ret;
+};
+
+static void *bg_copy_fn(void *arg)
+{
+	struct bg_copy *c = arg;
+
+	c->ret = imp_copy_args(c->dev, &c->a);
+	return NULL;
+}
+
+static int p2p_revoke(int p2p, int fd)
+{
+	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd };
+
+	return ioctl(p2p, P2PBUF_IOCTL_REVOKE, &r) ? -errno : 0;
+}
+
+TEST_F_TIMEOUT(devmem, revoke_mid_copy, 300)
+{
+	struct bg_copy c = {
+		.dev = self->dev,
+		.a = { .src_handle = self->h1, .dst_handle = self->hs, .len = DEVMEM_SIZE },
+	};
+	size_t i, bad = 0;
+	pthread_t t;
+	double t0;
+	int r;
+
+	fill(&self->d1, 42);
+	fill(&self->s, 99);
+	t0 = now();
+	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
+	usleep(1500 * 1000);
+	r = p2p_revoke(self->p2p, self->d1.fd);
+	ASSERT_EQ(0, r) TH_LOG("revoke: %s", strerror(-r));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	TH_LOG("copy stopped after %.2f s with %s, %llu of %lu bytes copied", now() - t0,
+	       c.ret < 0 ? strerror((int)-c.ret) : "success", (unsigned long long)c.a.copied,
+	       DEVMEM_SIZE);
+	EXPECT_EQ(-ENODEV, c.ret);
+	EXPECT_GT(c.a.copied, 0ULL);
+	EXPECT_LT(c.a.copied, (__u64)DEVMEM_SIZE);
+	/* What was copied is right, and nothing past it was written. */
+	cpu_access(&self->s, 1);
+	for (i = 0; i < DEVMEM_SIZE; i++)
+		if (self->s.map[i] != (i < c.a.copied ? pat(i, 42) : pat(i, 99)))
+			bad++;
+	cpu_access(&self->s, 0);
+	EXPECT_EQ(0UL, bad);
+	/* Every later use of the revoked buffer fails the same way; the others still work. */
+	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->h1, 0, self->hs, 0, 1));
+	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->hs, 0, self->h1, 0, 1));
+	EXPECT_EQ(1L, imp_copy(self->dev, self->h2, 0, self->hs, 0, 1));
+	/* Importing it again is refused; releasing the handle works. */
+	EXPECT_EQ(0, imp_release(self->dev, self->h1));
+	r = imp_import(self->dev, self->d1.fd, NULL);
+	EXPECT_EQ(-ENODEV, r);
+}
+
+#endif /* P2PBUF_DMA_IOCTL_COPY */
+
+TEST_HARNESS_MAIN
