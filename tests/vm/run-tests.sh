@@ -14,6 +14,9 @@ if [ -w /sys/kernel/debug/kmemleak ]; then
 	echo clear >/sys/kernel/debug/kmemleak
 fi
 
+# The project's modules are loaded for every test (lab_modules checks unload and reload).
+load_modules || echo "# could not load the p2pbuf modules (see dmesg)" >/dev/kmsg
+
 tests=""
 for t in /p2pbuf/tests/*; do
 	[ -x "$t" ] || continue

@@ -32,28 +32,40 @@ fn passed(p: &Parser, name: &str) -> Option<bool> {
         .map(|r| r.status == Status::Pass)
 }
 
-/// A `# hostcheck bar_offset=X len=N seed=S` request printed by tests/selftests/exporter.c.
+/// Which backing file a host check reads.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Target {
+    /// The emulated GPU memory (ivshmem BAR2): offsets are BAR offsets.
+    Gpu,
+    /// The NVMe namespace: offsets are byte offsets on the drive.
+    Nvme,
+}
+
+/// A `# hostcheck target=gpu|nvme offset=X len=N seed=S` request printed by an in-VM test:
+/// the `len` bytes at `offset` must hold the test pattern for `seed`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request {
+    pub target: Target,
     pub offset: u64,
     pub len: usize,
     pub seed: u32,
 }
 
 pub fn parse_request(line: &str) -> Option<Request> {
-    let rest = &line[line.find("hostcheck bar_offset=")? + "hostcheck ".len()..];
-    let mut offset = None;
-    let mut len = None;
-    let mut seed = None;
+    let rest = &line[line.find("hostcheck target=")? + "hostcheck ".len()..];
+    let (mut target, mut offset, mut len, mut seed) = (None, None, None, None);
     for kv in rest.split_whitespace() {
         match kv.split_once('=')? {
-            ("bar_offset", v) => offset = v.parse().ok(),
+            ("target", "gpu") => target = Some(Target::Gpu),
+            ("target", "nvme") => target = Some(Target::Nvme),
+            ("offset", v) => offset = v.parse().ok(),
             ("len", v) => len = v.parse().ok(),
             ("seed", v) => seed = v.parse().ok(),
             _ => {}
         }
     }
     Some(Request {
+        target: target?,
         offset: offset?,
         len: len?,
         seed: seed?,
@@ -137,14 +149,26 @@ mod tests {
     #[test]
     fn parses_hostcheck_requests() {
         assert_eq!(
-            parse_request("    # hostcheck bar_offset=4194304 len=4096 seed=7"),
+            parse_request("    # hostcheck target=gpu offset=4194304 len=4096 seed=7"),
             Some(Request {
+                target: Target::Gpu,
                 offset: 4194304,
                 len: 4096,
                 seed: 7
             })
         );
-        assert_eq!(parse_request("# hostcheck bar_offset=x len=1 seed=1"), None);
+        assert_eq!(
+            parse_request("# # hostcheck target=nvme offset=0 len=1 seed=1").map(|r| r.target),
+            Some(Target::Nvme)
+        );
+        assert_eq!(
+            parse_request("# hostcheck target=gpu offset=x len=1 seed=1"),
+            None
+        );
+        assert_eq!(
+            parse_request("# hostcheck target=disk offset=1 len=1 seed=1"),
+            None
+        );
         assert_eq!(parse_request("ok 1 something"), None);
     }
 
