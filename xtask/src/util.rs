@@ -76,15 +76,22 @@ impl Ctx {
         self.cache
             .join("tools/libclang/libclang-18.1.1.data/platlib/clang/native")
     }
-    /// The kernel build directory (`make O=`).
+    /// The kernel build directory (`make O=`); `P2PBUF_KBUILD` overrides it (a developer's
+    /// second build, with `P2PBUF_KSRC` for its tree and `--skip-kernel`).
     pub fn kbuild(&self) -> PathBuf {
-        self.cache.join("build/linux")
+        match std::env::var_os("P2PBUF_KBUILD") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => self.cache.join("build/linux"),
+        }
     }
     pub fn vm_dir(&self) -> PathBuf {
         self.cache.join("vm")
     }
     /// The unpacked kernel tree, as recorded by `setup`.
     pub fn ksrc(&self) -> Result<PathBuf> {
+        if let Some(d) = std::env::var_os("P2PBUF_KSRC").filter(|d| !d.is_empty()) {
+            return Ok(PathBuf::from(d));
+        }
         let stamp = self.cache.join("kernel-tree");
         let name = fs::read_to_string(&stamp).with_context(|| {
             format!(
