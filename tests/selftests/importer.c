@@ -14,6 +14,7 @@
  * The test loads p2pbuf_importer (and p2pbuf_exporter) from /lib/modules/p2pbuf if they are
  * not loaded, and unloads what it loaded when it ends.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -322,6 +323,20 @@ static const char *map_type_name(__u32 t)
 	}
 }
 
+struct bg_copy {
+	int dev;
+	struct p2pbuf_dma_copy a;
+	long ret;
+};
+
+static void *bg_copy_fn(void *arg)
+{
+	struct bg_copy *c = arg;
+
+	c->ret = imp_copy_args(c->dev, &c->a);
+	return NULL;
+}
+
 FIXTURE(importer)
 {
 	int dev;
@@ -562,6 +577,107 @@ TEST_F(importer, timeout)
 				    self->hb, 2, 2 * PAGE, 9));
 }
 
+TEST_F_TIMEOUT(importer, concurrent_copies, 120)
+{
+	struct bg_copy c[2] = {
+		{ .dev = self->dev, .a = { .src_handle = self->ha, .src_offset = 0,
+					   .dst_handle = self->hb, .dst_offset = 0,
+					   .len = 5 * PAGE } },
+		{ .dev = self->dev, .a = { .src_handle = self->ha, .src_offset = 8 * PAGE + 3,
+					   .dst_handle = self->hb, .dst_offset = 8 * PAGE + 11,
+					   .len = 5 * PAGE } },
+	};
+	pthread_t t[2];
+	int i;
+
+	fill(&self->a, 21);
+	fill(&self->b, 22);
+	for (i = 0; i < 2; i++)
+		ASSERT_EQ(0, pthread_create(&t[i], NULL, bg_copy_fn, &c[i]));
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(0, pthread_join(t[i], NULL));
+		EXPECT_EQ((long)(5 * PAGE), c[i].ret);
+	}
+	cpu_access(&self->b, 1);
+	EXPECT_EQ(0, memcmp(self->b.map, self->a.map, 5 * PAGE));
+	EXPECT_EQ(0, memcmp(self->b.map + 8 * PAGE + 11, self->a.map + 8 * PAGE + 3, 5 * PAGE));
+	cpu_access(&self->b, 0);
+}
+
+/* The PCI name of the device p2pbuf_importer is bound to, or -1. */
+static int bound_device(char *name, size_t len)
+{
+	DIR *d = opendir("/sys/bus/pci/drivers/p2pbuf_importer");
+	struct dirent *e;
+	int ret = -1;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, "0000:", 5)) {
+			snprintf(name, len, "%.63s", e->d_name);
+			ret = 0;
+			break;
+		}
+	closedir(d);
+	return ret;
+}
+
+static int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n < 0 ? -errno : 0;
+}
+
+/* Unbinding the engine stops a copy in flight, detaches every buffer; binding again works. */
+TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
+{
+	struct bg_copy c = {
+		.dev = self->dev,
+		.a = { .src_handle = self->ha, .dst_handle = self->hb, .len = 64 * 1024 },
+	};
+	char name[64];
+	pthread_t t;
+	int fd, r;
+
+	ASSERT_EQ(0, bound_device(name, sizeof(name)));
+	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
+	usleep(700 * 1000);
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/unbind", name);
+	ASSERT_EQ(0, r) TH_LOG("unbind %s: %s", name, strerror(-r));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	TH_LOG("copy ended with %s after %llu bytes", c.ret < 0 ? strerror((int)-c.ret) : "success",
+	       (unsigned long long)c.a.copied);
+	EXPECT_EQ(-ENODEV, c.ret);
+	EXPECT_LT(c.a.copied, 64 * 1024ULL);
+	/* Nothing is attached any more; the open file only gets ENODEV. */
+	EXPECT_EQ(0, attached_devices(self->a.fd));
+	EXPECT_EQ(0, attached_devices(self->b.fd));
+	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENODEV, imp_import(self->dev, self->a.fd, NULL));
+	EXPECT_EQ(-1, open(DMA_DEV, O_RDWR));
+	EXPECT_EQ(ENODEV, errno);
+	/* Bound again, the engine serves new files. */
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/bind", name);
+	ASSERT_EQ(0, r) TH_LOG("bind %s: %s", name, strerror(-r));
+	fd = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	close(self->dev);
+	self->dev = fd;
+	self->ha = imp_import(self->dev, self->a.fd, NULL);
+	ASSERT_GT(self->ha, 0);
+	self->hb = imp_import(self->dev, self->b.fd, NULL);
+	ASSERT_GT(self->hb, 0);
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, 3, &self->b,
+				    self->hb, 5, 100, 7));
+}
+
 /* Device memory from the exporter (/dev/p2pbuf), with system memory beside it. */
 FIXTURE(devmem)
 {
@@ -649,20 +765,6 @@ TEST_F_TIMEOUT(devmem, device_to_system_and_back, 300)
 				    self->h1, 123, 5 * PAGE + 1, 5));
 	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->s, self->hs, 0, &self->d2,
 				    self->h2, 0, 64 * 1024, 6));
-}
-
-struct bg_copy {
-	int dev;
-	struct p2pbuf_dma_copy a;
-	long ret;
-};
-
-static void *bg_copy_fn(void *arg)
-{
-	struct bg_copy *c = arg;
-
-	c->ret = imp_copy_args(c->dev, &c->a);
-	return NULL;
 }
 
 static int p2p_revoke(int p2p, int fd)
