@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: GPL-2.0
+# Helpers of the rdma_* tests (sourced, after lib.sh): soft-RoCE (rxe) on the lab's NIC, and
+# running p2pbuf's RDMA commands. One VM: server and client talk through rxe0's loopback.
+
+RXE_DEV=rxe0
+RXE_NETDEV=eth0
+RXE_IP=10.0.2.15 # what QEMU's user networking gives the guest
+GID_DIR=/sys/class/infiniband/$RXE_DEV/ports/1
+
+# rxe_gid_index: index of the RoCE v2 GID of $RXE_IP in rxe0's GID table.
+rxe_gid_index() {
+	# shellcheck disable=SC2046
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$RXE_IP" | tr . ' '))
+	for g in "$GID_DIR"/gids/*; do
+		[ "$(cat "$g" 2>/dev/null)" = "$want" ] || continue
+		[ "$(cat "$GID_DIR/gid_attrs/types/${g##*/}" 2>/dev/null)" = "RoCE v2" ] || continue
+		echo "${g##*/}"
+		return 0
+	done
+	return 1
+}
+
+# rxe_setup: eth0 up with $RXE_IP, rxe0 on it, port ACTIVE with the address's GID. Idempotent.
+rxe_setup() {
+	ip link set lo up
+	ip link set "$RXE_NETDEV" up || return 1
+	ip -4 addr show dev "$RXE_NETDEV" | grep -q "inet $RXE_IP/" ||
+		ip addr add "$RXE_IP/24" dev "$RXE_NETDEV" || return 1
+	[ -d "/sys/class/infiniband/$RXE_DEV" ] ||
+		rdma link add "$RXE_DEV" type rxe netdev "$RXE_NETDEV" || return 1
+	i=0
+	while [ $i -lt 100 ]; do
+		case "$(cat "$GID_DIR/state" 2>/dev/null)" in
+		*ACTIVE*) rxe_gid_index >/dev/null && return 0 ;;
+		esac
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# wait_for FILE REGEX [SECONDS]: until a line of FILE matches (a server is ready).
+wait_for() {
+	i=0
+	while [ $i -lt $((${3:-30} * 10)) ]; do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# json_num KEY: the first numeric "KEY":N of stdin (enough for p2pbuf's one-line JSON).
+json_num() { sed -n "s/.*\"$1\":\([0-9-]*\).*/\1/p" | head -1; }
+
+# rate FILE: "N MiB per s" from p2pbuf rdma write/read's output (no '/' in KTAP test names:
+# the harness shows names as paths).
+rate() { sed -n 's/.* s, \([0-9.]*\) MiB\/s$/\1 MiB per s/p' "$1"; }
+
+# comment FILE: the file's lines as KTAP diagnostics.
+comment() { sed 's/^/# /' "$1"; }
+
+# reg_errno EXPECTED NAME ARGS...: `p2pbuf --json rdma reg ARGS` must fail with errno EXPECTED
+# (exit 1: an error, not a crash or a signal), and its message must contain $REG_TEXT if set;
+# prints the error as a diagnostic.
+reg_errno() {
+	_want=$1 _name=$2
+	shift 2
+	p2pbuf --json rdma reg "$@" >/tmp/reg.json 2>/tmp/reg.err
+	_rc=$?
+	_got=$(json_num errno </tmp/reg.json)
+	sed 's/^/# /' /tmp/reg.err
+	if [ $_rc -eq 1 ] && [ "$_got" = "$_want" ] &&
+		{ [ -z "${REG_TEXT:-}" ] || grep -q "$REG_TEXT" /tmp/reg.err; }; then
+		ktap_ok "$_name: errno $_got"
+	else
+		ktap_fail "$_name: exit $_rc errno ${_got:-none}, want exit 1 errno $_want"
+	fi
+}
