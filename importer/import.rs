@@ -117,7 +117,7 @@ impl Import {
     }
 
     /// Waits until the fences of the buffer allow the engine to read it (`write == false`) or
-    /// to write it (`write == true`).
+    /// to write it (`write == true`). A signal ends the wait with `EINTR`.
     pub(crate) fn wait_fences(&self, held: &ResvHeld<'_>, write: bool) -> Result {
         // The lock is only taken as proof that this is a locked buffer of ours.
         let _ = held;
@@ -136,7 +136,9 @@ impl Import {
         };
         if ret < 0 {
             // CAST: a negative return is an errno, which fits `i32`.
-            return Err(Error::from_errno(ret as i32));
+            let e = Error::from_errno(ret as i32);
+            // Not restartable: the copy has made progress that a restart would redo.
+            return Err(if e == ERESTARTSYS { EINTR } else { e });
         }
         Ok(())
     }

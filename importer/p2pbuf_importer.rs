@@ -115,7 +115,11 @@ impl DmaFile {
         }
         let r = self.engine.copy(self.owner(), &mut a);
         uapi::write_arg(arg, size, &a)?;
-        r?;
+        match r {
+            // Interrupted after some progress: a short count, as read(2) does.
+            Err(e) if e == EINTR && a.copied > 0 => {}
+            r => r?,
+        }
         // At most `COPY_MAX` (1 GiB), which fits.
         Ok(isize::try_from(a.copied)?)
     }

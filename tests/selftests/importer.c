@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,9 +377,14 @@ FIXTURE_TEARDOWN(importer)
 TEST_F(importer, import_reports_the_buffer)
 {
 	struct p2pbuf_dma_import info;
+	struct stat st;
 	struct buf c;
 	int h;
 
+	/* The device node is root's only. */
+	ASSERT_EQ(0, stat(DMA_DEV, &st));
+	EXPECT_EQ(0600U, st.st_mode & 0777);
+	EXPECT_EQ(0U, st.st_uid);
 	ASSERT_EQ(0, udmabuf_alloc(&c, 3 * PAGE));
 	h = imp_import(self->dev, c.fd, &info);
 	ASSERT_GT(h, 0);
@@ -601,6 +607,39 @@ TEST_F_TIMEOUT(importer, concurrent_copies, 120)
 	cpu_access(&self->b, 1);
 	EXPECT_EQ(0, memcmp(self->b.map, self->a.map, 5 * PAGE));
 	EXPECT_EQ(0, memcmp(self->b.map + 8 * PAGE + 11, self->a.map + 8 * PAGE + 3, 5 * PAGE));
+	cpu_access(&self->b, 0);
+}
+
+static void on_sigusr1(int sig)
+{
+	(void)sig;
+}
+
+/* A signal ends a long copy early with a short count. */
+TEST_F_TIMEOUT(importer, signal_gives_short_count, 120)
+{
+	struct bg_copy c = {
+		.dev = self->dev,
+		.a = { .src_handle = self->ha, .dst_handle = self->hb, .len = 64 * 1024 },
+	};
+	struct sigaction sa = { .sa_handler = on_sigusr1 };	/* no SA_RESTART */
+	pthread_t t;
+
+	ASSERT_EQ(0, sigaction(SIGUSR1, &sa, NULL));
+	fill(&self->a, 31);
+	fill(&self->b, 32);
+	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
+	usleep(700 * 1000);
+	ASSERT_EQ(0, pthread_kill(t, SIGUSR1));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	TH_LOG("interrupted copy returned %ld, copied %llu", c.ret,
+	       (unsigned long long)c.a.copied);
+	ASSERT_GT(c.ret, 0L);
+	EXPECT_LT(c.ret, 64 * 1024L);
+	EXPECT_EQ((__u64)c.ret, c.a.copied);
+	cpu_access(&self->b, 1);
+	EXPECT_EQ(0, memcmp(self->b.map, self->a.map, c.a.copied));
+	EXPECT_NE(0, memcmp(self->b.map + c.a.copied, self->a.map + c.a.copied, PAGE));
 	cpu_access(&self->b, 0);
 }
 
