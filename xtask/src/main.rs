@@ -267,8 +267,28 @@ fn main() {
     println!("(took {:.0}s)", start.elapsed().as_secs_f64());
 }
 
+/// Holds the cache's lock: one `cargo xtask` at a time builds into the cache and boots from it
+/// (two runs would boot each other's initramfs). Released when dropped.
+fn lock_cache(ctx: &Ctx) -> Result<std::fs::File> {
+    let path = ctx.cache.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    if f.try_lock().is_err() {
+        println!(
+            "    waiting for another `cargo xtask` that uses {} ...",
+            ctx.cache.display()
+        );
+        f.lock()?;
+    }
+    Ok(f)
+}
+
 fn real_main(cli: Cli) -> Result<()> {
     let ctx = Ctx::new(cli.cache, cli.verbose)?;
+    let _lock = lock_cache(&ctx)?;
     match cli.cmd {
         Cmd::Setup => setup::setup(&ctx),
         Cmd::Kernel(b) => kernel::kernel(
