@@ -28,11 +28,8 @@ use kernel::{
     task::MAX_SCHEDULE_TIMEOUT,
 };
 
-/// The importer's side of an attachment.
-pub(crate) struct ImportState {
-    /// How many times the exporter invalidated our mapping.
-    invalidations: Atomic<u32>,
-}
+/// The importer's side of an attachment (it needs no data of its own).
+pub(crate) struct ImportState;
 
 impl Importer for ImportState {
     const ALLOW_PEER2PEER: bool = true;
@@ -41,7 +38,6 @@ impl Importer for ImportState {
         // No transfer runs now: each holds this lock. Drop the mapping; the next transfer maps
         // again, or learns that the buffer is revoked.
         attach.unmap(held);
-        attach.data().invalidations.add(1, Relaxed);
     }
 }
 
@@ -63,13 +59,7 @@ impl Import {
         if buf.size() == 0 {
             return Err(EINVAL);
         }
-        let attach = DynamicAttachment::new(
-            buf,
-            dev,
-            Ok::<_, Error>(ImportState {
-                invalidations: Atomic::new(0),
-            }),
-        )?;
+        let attach = DynamicAttachment::new(buf, dev, Ok::<_, Error>(ImportState))?;
         let (map_type, nr_ranges) = {
             let guard = attach.dma_buf().lock();
             let sgt = attach.map(&guard, DataDirection::Bidirectional)?;
