@@ -3,10 +3,12 @@
  * p2pbuf exporter: /dev/p2pbuf ioctls, dma-buf fds of device memory, mmap, fd passing, revoke.
  *
  * Needs the p2pbuf_exporter module bound to the lab's emulated GPU memory (ivshmem BAR2).
- * The host-side half of the mmap test: the test prints "# hostcheck bar_offset=X len=N seed=S"
+ * The host-side half of the mmap test: the test prints "# hostcheck target=gpu offset=X len=N seed=S"
  * and `cargo xtask test` checks those bytes in the ivshmem backing file.
  */
 #include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +100,41 @@ static void sync_buf(int fd, __u64 flags)
 	ioctl(fd, DMA_BUF_IOCTL_SYNC, &s);
 }
 
+static sigjmp_buf bus_jmp;
+
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	siglongjmp(bus_jmp, 1);
+}
+
+/* Returns 1 if reading *p raises SIGBUS. */
+static int read_faults(volatile uint8_t *p)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old;
+	int faulted = 0;
+
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(bus_jmp, 1) == 0)
+		(void)*p;
+	else
+		faulted = 1;
+	sigaction(SIGBUS, &old, NULL);
+	return faulted;
+}
+
+static int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n < 0 ? -errno : 0;
+}
+
 FIXTURE(p2pbuf)
 {
 	int dev;
@@ -123,15 +160,15 @@ TEST_F(p2pbuf, info_and_providers)
 	struct p2pbuf_provider_info p;
 
 	ASSERT_EQ(0, p2p_info(self->dev, &info));
-	EXPECT_EQ(P2PBUF_API_VERSION, info.api_version);
-	ASSERT_GE(info.nr_providers, 1);
-	EXPECT_EQ(2, self->prov.bar);
-	EXPECT_GT(self->prov.total, 0);
+	EXPECT_EQ(P2PBUF_API_VERSION, (int)info.api_version);
+	ASSERT_GE(info.nr_providers, 1U);
+	EXPECT_EQ(2U, self->prov.bar);
+	EXPECT_GT(self->prov.total, 0ULL);
 	EXPECT_LE(self->prov.total, self->prov.bar_size);
 	EXPECT_EQ(self->prov.total, self->prov.free);
 	EXPECT_NE(0, self->prov.pci_name[0]);
 	EXPECT_EQ(0, self->prov.pci_name[P2PBUF_PCI_NAME_LEN - 1]);
-	EXPECT_TRUE(self->prov.flags & P2PBUF_PROVIDER_PUBLISHED);
+	EXPECT_NE(0U, self->prov.flags & P2PBUF_PROVIDER_PUBLISHED);
 	TH_LOG("provider 0: %s BAR%u, %llu MiB", self->prov.pci_name, self->prov.bar,
 	       (unsigned long long)self->prov.total >> 20);
 	EXPECT_EQ(-1, p2p_provider(self->dev, info.nr_providers, &p));
@@ -212,7 +249,7 @@ TEST_F(p2pbuf, whole_bar_exhaustion_and_return)
 	fd = p2p_alloc(self->dev, self->prov.total, 0, NULL);
 	ASSERT_GE(fd, 0) TH_LOG("whole provider: %s", strerror(-fd));
 	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
-	EXPECT_EQ(0, p.free);
+	EXPECT_EQ(0ULL, p.free);
 	fd2 = p2p_alloc(self->dev, PAGE, 0, NULL);
 	EXPECT_EQ(-ENOMEM, fd2);
 	if (fd2 >= 0)
@@ -230,13 +267,21 @@ TEST_F(p2pbuf, mmap_fresh_is_zero_and_reaches_device_memory)
 {
 	const size_t len = 4UL << 20;
 	unsigned int seed = (unsigned int)getpid() & 0xff;
-	__u64 off;
+	__u64 off = 0;
 	uint8_t *m;
 	size_t i;
-	int fd;
+	int fd, spacer;
 
+	/*
+	 * A spacer puts the checked buffer at 3/4 of the BAR, where later tests'
+	 * allocations (first fit from the start, zeroed) do not overwrite it before the host
+	 * looks at it after the run.
+	 */
+	spacer = p2p_alloc(self->dev, (self->prov.total / 4 * 3) & ~(PAGE - 1), 0, NULL);
+	ASSERT_GE(spacer, 0);
 	fd = p2p_alloc(self->dev, len, 0, &off);
 	ASSERT_GE(fd, 0);
+	close(spacer);
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap: %s", strerror(errno));
 	sync_buf(fd, DMA_BUF_SYNC_START | DMA_BUF_SYNC_RW);
@@ -248,7 +293,7 @@ TEST_F(p2pbuf, mmap_fresh_is_zero_and_reaches_device_memory)
 		ASSERT_EQ(pat(i, seed), m[i]);
 	sync_buf(fd, DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW);
 	/* The host checks these bytes in the ivshmem backing file (xtask/src/hostcheck.rs). */
-	printf("# hostcheck bar_offset=%llu len=%zu seed=%u\n", (unsigned long long)off, len, seed);
+	printf("# hostcheck target=gpu offset=%llu len=%zu seed=%u\n", (unsigned long long)off, len, seed);
 	fflush(stdout);
 	munmap(m, len);
 	close(fd);
@@ -315,6 +360,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 	const size_t len = 1UL << 20;
 	struct p2pbuf_provider_info p;
 	int sv[2], fd, status, order;
+	char ack;
 
 	for (order = 0; order < 2; order++) {
 		pid_t pid;
@@ -348,11 +394,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 			_exit(0);
 		}
 		ASSERT_EQ(0, send_fd(sv[0], fd));
-		{
-			char c;
-
-			ASSERT_EQ(1, read(sv[0], &c, 1));
-		}
+		ASSERT_EQ(1, read(sv[0], &ack, 1));
 		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 		ASSERT_NE(MAP_FAILED, m);
 		for (i = 0; i < len; i++)
@@ -390,10 +432,52 @@ TEST_F(p2pbuf, revoke)
 	EXPECT_EQ(0, p2p_revoke(self->dev, fd));
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, 1UL << 20, PROT_READ, MAP_SHARED, fd, 0));
 	EXPECT_EQ(ENODEV, errno);
+	/* The existing CPU mapping was zapped: it faults instead of reaching freed memory. */
+	EXPECT_TRUE(read_faults(m));
 	munmap(m, 1UL << 20);
 	close(fd);
 	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
 	EXPECT_EQ(self->prov.total, p.free);
+}
+
+/*
+ * Unbinding the provider while buffers are mapped (CPU) and open: no oops, the buffers are
+ * revoked (CPU mappings fault, new mmaps fail), the provider disappears, and binding again
+ * gives a provider with all of its memory free. Runs last: it unbinds the device.
+ */
+TEST_F(p2pbuf, zz_unbind_while_mapped)
+{
+	struct p2pbuf_info info;
+	struct p2pbuf_provider_info p;
+	uint8_t *m1, *m2;
+	int fd1, fd2;
+
+	fd1 = p2p_alloc(self->dev, 1UL << 20, 0, NULL);
+	fd2 = p2p_alloc(self->dev, 2UL << 20, 0, NULL);
+	ASSERT_GE(fd1, 0);
+	ASSERT_GE(fd2, 0);
+	m1 = mmap(NULL, 1UL << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd1, 0);
+	m2 = mmap(NULL, 2UL << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd2, 0);
+	ASSERT_NE(MAP_FAILED, m1);
+	ASSERT_NE(MAP_FAILED, m2);
+	m1[0] = 0xaa;
+	m2[4096] = 0x55;
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pbuf_exporter/unbind", self->prov.pci_name))
+		TH_LOG("unbind %s", self->prov.pci_name);
+	/* The buffers are revoked: CPU access faults, new mappings are refused. */
+	EXPECT_TRUE(read_faults(m1));
+	EXPECT_TRUE(read_faults(m2 + 4096));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd1, 0));
+	EXPECT_EQ(0, p2p_info(self->dev, &info));
+	EXPECT_EQ(0U, info.nr_providers);
+	EXPECT_EQ(-ENOENT, p2p_alloc(self->dev, 4096, 0, NULL));
+	munmap(m1, 1UL << 20);
+	munmap(m2, 2UL << 20);
+	close(fd1);
+	close(fd2);
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pbuf_exporter/bind", self->prov.pci_name));
+	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
+	EXPECT_EQ(p.total, p.free);
 }
 
 TEST_HARNESS_MAIN

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `/sys/kernel/debug/p2pbuf/`: providers, live buffers with their attachments (importer
+//! device and map type) and map/unmap counts, revoked buffers, and recent refusals with their
+//! reason.
+
+use crate::PROVIDERS;
+use core::fmt;
+use kernel::{debugfs, prelude::*};
+
+/// The debugfs directory and its files; removed when dropped.
+pub(crate) struct Files {
+    _dir: debugfs::Dir,
+    _providers: Option<Pin<KBox<debugfs::File<()>>>>,
+    _buffers: Option<Pin<KBox<debugfs::File<()>>>>,
+}
+
+fn providers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    for (i, p) in PROVIDERS.lock().iter().enumerate() {
+        let s = p.state.lock();
+        writeln!(
+            f,
+            "provider {i}: {} BAR{} size {} MiB, {} buffer(s){}",
+            p.name_str(),
+            p.bar,
+            p.bar_size >> 20,
+            s.buffers.len(),
+            if s.gone { ", gone" } else { "" }
+        )?;
+        for (dev, why) in s.refusals.iter() {
+            writeln!(f, "  refused {}: {}", dev.to_str().unwrap_or("?"), why.to_str().unwrap_or("?"))?;
+        }
+    }
+    Ok(())
+}
+
+fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    for p in PROVIDERS.lock().iter() {
+        let s = p.state.lock();
+        for e in s.buffers.iter() {
+            let b = &e.buf;
+            let st = b.stats();
+            writeln!(
+                f,
+                "buffer {} on {}: {} bytes at BAR offset {:#x}{}{}, maps {} active ({} map / {} unmap calls), vmaps {}",
+                b.id,
+                p.name_str(),
+                b.size,
+                b.offset,
+                if st.revoked { ", revoked" } else { "" },
+                if b.is_alive() { "" } else { ", released" },
+                st.active_maps,
+                st.maps_total,
+                st.unmaps_total,
+                st.active_vmaps
+            )?;
+            for a in b.attachments.lock().iter() {
+                writeln!(
+                    f,
+                    "  attached: {} ({})",
+                    a.device.to_str().unwrap_or("?"),
+                    a.map_type.name().to_str().unwrap_or("?")
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Files {
+    pub(crate) fn new() -> Self {
+        let dir = debugfs::Dir::new(c"p2pbuf");
+        let providers = KBox::pin_init(dir.read_callback_file(c"providers", (), &providers), GFP_KERNEL).ok();
+        let buffers = KBox::pin_init(dir.read_callback_file(c"buffers", (), &buffers), GFP_KERNEL).ok();
+        Self {
+            _dir: dir,
+            _providers: providers,
+            _buffers: buffers,
+        }
+    }
+}

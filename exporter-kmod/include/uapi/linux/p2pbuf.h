@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * p2pbuf: PCI device memory (a BAR registered as p2pdma memory) exported as dma-buf.
+ *
+ * The misc device /dev/p2pbuf (root-only by default) lists the providers the exporter
+ * manages and allocates buffers from them; each buffer is a dma-buf fd that any importer
+ * (RDMA NICs through ibv_reg_dmabuf_mr, DMA engines, the CPU through mmap) can use.
+ *
+ * Every ioctl argument starts with a __u32 @size: the caller sets it to sizeof() of the
+ * struct it was compiled with. The kernel accepts any size from the first published version
+ * of the struct upwards; bytes past the end of the kernel's own struct must be zero
+ * (-E2BIG otherwise), so the structs can grow at the end. Flags fields reject unknown bits
+ * with -EINVAL.
+ */
+#ifndef _UAPI_LINUX_P2PBUF_H
+#define _UAPI_LINUX_P2PBUF_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define P2PBUF_API_VERSION 1
+#define P2PBUF_IOCTL_MAGIC 0xBB
+#define P2PBUF_PCI_NAME_LEN 32
+
+/**
+ * struct p2pbuf_info - what the exporter offers
+ * @size: in: sizeof(struct p2pbuf_info)
+ * @api_version: out: P2PBUF_API_VERSION
+ * @nr_providers: out: number of providers; query each with P2PBUF_IOCTL_PROVIDER_INFO
+ * @flags: in: must be 0
+ */
+struct p2pbuf_info {
+	__u32 size;
+	__u32 api_version;
+	__u32 nr_providers;
+	__u32 flags;
+};
+
+/* The provider's memory is published for other p2pdma users too (pci_p2pmem_publish). */
+#define P2PBUF_PROVIDER_PUBLISHED (1U << 0)
+/* The provider was unbound: it allocates nothing and its buffers are revoked. */
+#define P2PBUF_PROVIDER_GONE (1U << 1)
+
+/**
+ * struct p2pbuf_provider_info - one p2pdma provider (a PCI BAR)
+ * @size: in: sizeof(struct p2pbuf_provider_info)
+ * @index: in: which provider, 0 to nr_providers - 1; -ENOENT past the last
+ * @bar: out: the BAR number of the device
+ * @flags: out: P2PBUF_PROVIDER_* bits
+ * @bar_size: out: size of the BAR in bytes
+ * @total: out: bytes of the BAR registered as p2pdma memory
+ * @free: out: bytes of @total not allocated now
+ * @pci_name: out: NUL-terminated PCI name of the device, e.g. "0000:03:00.0"
+ */
+struct p2pbuf_provider_info {
+	__u32 size;
+	__u32 index;
+	__u32 bar;
+	__u32 flags;
+	__u64 bar_size;
+	__u64 total;
+	__u64 free;
+	char pci_name[P2PBUF_PCI_NAME_LEN];
+};
+
+/**
+ * struct p2pbuf_alloc - allocate device memory and export it as a dma-buf
+ * @size: in: sizeof(struct p2pbuf_alloc)
+ * @flags: in: must be 0 (no flags are defined yet)
+ * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
+ *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free
+ * @provider: in: provider index
+ * @fd: out: the dma-buf, opened O_RDWR | O_CLOEXEC
+ * @offset: out: where the buffer starts inside the BAR (for diagnostics and tests; the
+ *	memory is zeroed before it is handed out)
+ */
+struct p2pbuf_alloc {
+	__u32 size;
+	__u32 flags;
+	__u64 length;
+	__u32 provider;
+	__s32 fd;
+	__u64 offset;
+};
+
+/**
+ * struct p2pbuf_revoke - revoke a buffer: importers are told (invalidate_mappings), their
+ *	mappings are torn down, later maps fail with -ENODEV, CPU mappings are zapped
+ * @size: in: sizeof(struct p2pbuf_revoke)
+ * @fd: in: a dma-buf fd exported by p2pbuf (-EINVAL for any other fd)
+ * @flags: in: must be 0
+ */
+struct p2pbuf_revoke {
+	__u32 size;
+	__s32 fd;
+	__u64 flags;
+};
+
+#define P2PBUF_IOCTL_INFO		_IO(P2PBUF_IOCTL_MAGIC, 0x00)
+#define P2PBUF_IOCTL_PROVIDER_INFO	_IO(P2PBUF_IOCTL_MAGIC, 0x01)
+#define P2PBUF_IOCTL_ALLOC		_IO(P2PBUF_IOCTL_MAGIC, 0x02)
+#define P2PBUF_IOCTL_REVOKE		_IO(P2PBUF_IOCTL_MAGIC, 0x03)
+
+/*
+ * The DMA engine importer: /dev/p2pbuf-dma (root-only), from the p2pbuf_importer module.
+ *
+ * A PCI DMA engine (in the lab: QEMU's edu device standing in for an FPGA) imports dma-buf
+ * fds, from any exporter (p2pbuf device memory, udmabuf system memory, ...), and copies
+ * between them. Same argument rules as above: a leading __u32 @size, flags that reject
+ * unknown bits with -EINVAL, reserved fields that must be 0.
+ *
+ * Handles belong to the open file that imported them and are released when it is closed.
+ * Errors shared by the ioctls: -EFAULT for a bad argument pointer, -ENOTTY for an unknown
+ * ioctl, -ENODEV once the engine's device is unbound.
+ */
+
+/* How the engine reaches an imported buffer (struct p2pbuf_dma_import.map_type). */
+/* Device memory whose provider the importer could not identify. */
+#define P2PBUF_DMA_MAP_UNKNOWN			0U
+/* System memory (the mapping has struct pages), mapped with the DMA API. */
+#define P2PBUF_DMA_MAP_HOST_MEMORY		1U
+/* Peer device memory at its PCI bus address (PCI_P2PDMA_MAP_BUS_ADDR: through a switch). */
+#define P2PBUF_DMA_MAP_BUS_ADDR			2U
+/* Peer device memory through the host bridge (PCI_P2PDMA_MAP_THRU_HOST_BRIDGE). */
+#define P2PBUF_DMA_MAP_THRU_HOST_BRIDGE		3U
+
+/**
+ * struct p2pbuf_dma_import - import a dma-buf into the engine
+ * @size: in: sizeof(struct p2pbuf_dma_import)
+ * @fd: in: the dma-buf; -EBADF if not an open fd, -EINVAL if not a dma-buf, -EEXIST if this
+ *	file already imported the same buffer (through any fd); the exporter may refuse the
+ *	engine (e.g. -EOPNOTSUPP when peer-to-peer DMA is not possible between them)
+ * @flags: in: must be 0
+ * @handle: out: the handle for P2PBUF_DMA_IOCTL_COPY and P2PBUF_DMA_IOCTL_RELEASE (never 0)
+ * @length: out: size of the buffer in bytes
+ * @map_type: out: P2PBUF_DMA_MAP_*, how the engine's mapping reaches the memory
+ * @nr_ranges: out: DMA-contiguous ranges of the engine's mapping
+ *
+ * The attachment is dynamic and allows peer-to-peer mappings: when the exporter moves the
+ * buffer the engine remaps it before its next transfer, and when the exporter revokes it
+ * the handle stays but every copy with it fails with -ENODEV.
+ */
+struct p2pbuf_dma_import {
+	__u32 size;
+	__s32 fd;
+	__u32 flags;
+	__u32 handle;
+	__u64 length;
+	__u32 map_type;
+	__u32 nr_ranges;
+};
+
+/**
+ * struct p2pbuf_dma_release - release a handle (detach from the buffer)
+ * @size: in: sizeof(struct p2pbuf_dma_release)
+ * @handle: in: a handle of this file; -ENOENT otherwise
+ * @flags: in: must be 0
+ * @reserved: in: must be 0
+ *
+ * A copy in flight with the handle completes first (it holds its own reference).
+ */
+struct p2pbuf_dma_release {
+	__u32 size;
+	__u32 handle;
+	__u32 flags;
+	__u32 reserved;
+};
+
+/* Longest copy one P2PBUF_DMA_IOCTL_COPY does; longer requests are cut short, like read(2). */
+#define P2PBUF_DMA_COPY_MAX	(1U << 30)
+
+/**
+ * struct p2pbuf_dma_copy - copy bytes between two imported buffers with the engine
+ * @size: in: sizeof(struct p2pbuf_dma_copy)
+ * @flags: in: must be 0
+ * @src_handle: in: source buffer (-ENOENT if not a handle of this file)
+ * @dst_handle: in: destination buffer; may equal @src_handle if the ranges do not overlap
+ * @src_offset: in: first byte to read
+ * @dst_offset: in: first byte to write
+ * @len: in: bytes, at least 1; both ranges must lie inside their buffers and, within one
+ *	buffer, must not overlap (-EINVAL otherwise, also on arithmetic overflow)
+ * @copied: out: bytes copied, also written when the copy fails part way
+ * @timeout_ms: in: how long to wait for each transfer's completion interrupt; 0: the
+ *	default (1000 ms). The copy fails with -ETIMEDOUT when one does not come in time.
+ * @nr_transfers: out: engine transfers (DMA commands) the copy issued
+ *
+ * The engine copies through its internal window (4095 bytes on the lab's device), one window at
+ * a time: source to window, window to destination. Returns the number of bytes copied
+ * (at most P2PBUF_DMA_COPY_MAX), and also stores it in @copied. A buffer revoked by its
+ * exporter makes the copy stop with -ENODEV before the engine touches it again. A signal
+ * stops the copy between windows: it returns the bytes copied so far (a short count, as
+ * read(2) does), or -EINTR if there are none.
+ */
+struct p2pbuf_dma_copy {
+	__u32 size;
+	__u32 flags;
+	__u32 src_handle;
+	__u32 dst_handle;
+	__u64 src_offset;
+	__u64 dst_offset;
+	__u64 len;
+	__u64 copied;
+	__u32 timeout_ms;
+	__u32 nr_transfers;
+};
+
+#define P2PBUF_DMA_IOCTL_IMPORT		_IO(P2PBUF_IOCTL_MAGIC, 0x10)
+#define P2PBUF_DMA_IOCTL_RELEASE	_IO(P2PBUF_IOCTL_MAGIC, 0x11)
+#define P2PBUF_DMA_IOCTL_COPY		_IO(P2PBUF_IOCTL_MAGIC, 0x12)
+
+#endif /* _UAPI_LINUX_P2PBUF_H */

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A provider: one PCI device's BAR registered as p2pdma memory, its buffers, and the PCI
+//! driver that creates providers on probe and revokes their buffers on unbind.
+
+use crate::{buffer::Buffer, uapi, PROVIDERS};
+use kernel::{
+    bindings, device,
+    device::Core,
+    dma_buf::{export::Exported, DmaBuf},
+    new_mutex, pci,
+    prelude::*,
+    str::CString,
+    sync::{aref::ARef, Arc, Mutex},
+};
+
+/// One exported buffer as the provider tracks it.
+pub(crate) struct Entry {
+    /// Identity of the buffer's `struct dma_buf` (never dereferenced): how an fd is matched
+    /// to its buffer. Only compared while the buffer is alive, so a reused address cannot
+    /// match a dead entry.
+    key: usize,
+    pub(crate) buf: Exported<Buffer>,
+}
+
+/// The mutable part of a provider.
+pub(crate) struct State {
+    /// Set in unbind, under the lock: from then on nothing is allocated, and the device may no
+    /// longer be bound.
+    pub(crate) gone: bool,
+    pub(crate) buffers: KVec<Entry>,
+    next_id: u64,
+    /// The latest refusals (importer device, reason), newest last, at most `MAX_REFUSALS`.
+    pub(crate) refusals: KVec<(CString, &'static CStr)>,
+}
+
+const MAX_REFUSALS: usize = 16;
+
+/// A PCI BAR registered as p2pdma memory.
+///
+/// # Invariants
+///
+/// While `state.gone` is `false`, `pdev` is bound to this driver.
+#[pin_data]
+pub(crate) struct Provider {
+    pub(crate) pdev: ARef<pci::Device>,
+    pub(crate) bar: u32,
+    pub(crate) bar_start: u64,
+    pub(crate) bar_size: u64,
+    #[pin]
+    pub(crate) state: Mutex<State>,
+}
+
+impl Provider {
+    /// The PCI name of the device, e.g. `0000:03:00.0`.
+    pub(crate) fn name(&self) -> &CStr {
+        self.pdev.as_ref().name()
+    }
+
+    /// The PCI name as text, for messages.
+    pub(crate) fn name_str(&self) -> &str {
+        self.name().to_str().unwrap_or("?")
+    }
+
+    /// Offset into the BAR of the CPU physical address `phys`.
+    pub(crate) fn bar_offset(&self, phys: bindings::phys_addr_t) -> u64 {
+        phys.wrapping_sub(self.bar_start)
+    }
+
+    /// Records that `dev` was refused, for debugfs, and says so in the debug log.
+    pub(crate) fn refuse(&self, dev: &device::Device, why: &'static CStr) {
+        let dev_name = dev.name().to_str().unwrap_or("?");
+        dev_dbg!(&*self.pdev, "refusing {}: {}\n", dev_name, why.to_str().unwrap_or("?"));
+        let Ok(name) = CString::try_from_fmt(fmt!("{}", dev_name)) else {
+            return;
+        };
+        let mut state = self.state.lock();
+        if state.refusals.len() >= MAX_REFUSALS {
+            state.refusals.remove(0).ok();
+        }
+        let _ = state.refusals.push((name, why), GFP_KERNEL);
+    }
+
+    /// Bytes held by live, unrevoked buffers.
+    fn used(state: &State) -> u64 {
+        state
+            .buffers
+            .iter()
+            .filter(|e| e.buf.is_alive() && e.buf.holds_memory())
+            .map(|e| e.buf.size as u64)
+            .sum()
+    }
+
+    /// Forgets buffers whose last file reference is gone (their memory goes with them).
+    fn prune(state: &mut State) {
+        state.buffers.retain(|e| e.buf.is_alive());
+    }
+
+    /// Fills the uAPI description of this provider.
+    pub(crate) fn info(&self, out: &mut uapi::ProviderInfo) {
+        let mut state = self.state.lock();
+        Self::prune(&mut state);
+        out.bar = self.bar;
+        out.bar_size = self.bar_size;
+        out.total = self.bar_size;
+        out.free = if state.gone { 0 } else { self.bar_size - Self::used(&state) };
+        out.flags = if state.gone {
+            uapi::PROVIDER_GONE
+        } else {
+            uapi::PROVIDER_PUBLISHED
+        };
+        let name = self.name().to_bytes();
+        let n = name.len().min(uapi::PCI_NAME_LEN - 1);
+        out.pci_name[..n].copy_from_slice(&name[..n]);
+    }
+
+    /// Allocates `length` bytes, zeroed, and exports them as a dma-buf.
+    pub(crate) fn alloc(
+        self: &Arc<Self>,
+        module: &'static ThisModule,
+        length: u64,
+    ) -> Result<(ARef<DmaBuf>, u64)> {
+        if length == 0 || length > self.bar_size || length % kernel::page::PAGE_SIZE as u64 != 0 {
+            return Err(EINVAL);
+        }
+        let length = usize::try_from(length)?;
+        let (mem, id) = {
+            let mut state = self.state.lock();
+            if state.gone {
+                return Err(ENODEV);
+            }
+            Self::prune(&mut state);
+            let generic: &pci::Device = &self.pdev;
+            // SAFETY: `gone` is false under the lock, so the device is bound (type invariant)
+            // and stays bound while we hold the lock, which outlives `bound`. `pci::Device` is
+            // `repr(transparent)` over `struct pci_dev` whatever its context parameter, which is
+            // what `device::Device::as_bound()` does for the generic device.
+            let bound = unsafe {
+                &*core::ptr::from_ref(generic).cast::<pci::Device<device::Bound>>()
+            };
+            let mem = bound.alloc_p2pmem_pages(length)?;
+            state.next_id += 1;
+            (mem, state.next_id)
+        };
+        // Hand out no stale data: zero the memory (MMIO: with I/O accessors).
+        mem.zero();
+        let (buf, dmabuf) = Exported::new(
+            module,
+            c"p2pbuf",
+            length,
+            kernel::fs::file::flags::O_RDWR,
+            Buffer::new(self.clone(), id, mem),
+        )?;
+        let offset = buf.offset;
+        let key = dmabuf.as_raw() as usize;
+        let mut state = self.state.lock();
+        if state.gone {
+            // Unbound while we were zeroing: this buffer was never seen by unbind.
+            drop(state);
+            buf.revoke();
+            return Err(ENODEV);
+        }
+        state.buffers.push(Entry { key, buf }, GFP_KERNEL)?;
+        Ok((dmabuf, offset))
+    }
+
+    /// The buffer behind `dmabuf`, if it is one of ours.
+    pub(crate) fn find(&self, dmabuf: &DmaBuf) -> Option<Exported<Buffer>> {
+        let key = dmabuf.as_raw() as usize;
+        let state = self.state.lock();
+        state
+            .buffers
+            .iter()
+            .find(|e| e.key == key && e.buf.is_alive())
+            .map(|e| e.buf.clone())
+    }
+
+    /// Unbind: refuse new allocations, revoke every buffer (importers unmap, CPU mappings are
+    /// zapped, memory goes back), then forget them.
+    fn shutdown(&self) {
+        let buffers = {
+            let mut state = self.state.lock();
+            state.gone = true;
+            core::mem::take(&mut state.buffers)
+        };
+        let n = buffers.len();
+        for e in buffers.iter() {
+            e.buf.revoke();
+        }
+        dev_info!(&*self.pdev, "unbound: {} buffer(s) revoked\n", n);
+    }
+}
+
+kernel::pci_device_table!(
+    PCI_TABLE,
+    MODULE_PCI_TABLE,
+    <Driver as pci::Driver>::IdInfo,
+    [(
+        // ivshmem-plain: the emulated GPU memory of the lab (its BAR2).
+        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
+        ()
+    )]
+);
+
+/// The PCI driver: one provider per bound device.
+pub(crate) struct Driver;
+
+/// Per-device driver data.
+pub(crate) struct DriverData {
+    provider: Arc<Provider>,
+}
+
+impl pci::Driver for Driver {
+    type IdInfo = ();
+    type Data<'bound> = DriverData;
+
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: &'bound Self::IdInfo,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        let bar = *crate::module_parameters::bar.value();
+        pdev.enable_device_mem()?;
+        let bar_start = pdev.resource_start(bar)?;
+        let bar_size = pdev.resource_len(bar)?;
+        if bar_size == 0 {
+            dev_err!(pdev, "BAR{} is empty\n", bar);
+            return Err(ENODEV);
+        }
+        pdev.p2pdma_add_resource(bar, 0, 0)?;
+        pdev.p2pmem_publish(true);
+        let generic: &pci::Device = pdev;
+        // INVARIANT: `pdev` is bound from here until `unbind`, which sets `gone`.
+        let provider = Arc::pin_init(
+            try_pin_init!(Provider {
+                pdev: generic.into(),
+                bar,
+                bar_start,
+                bar_size,
+                state <- new_mutex!(State {
+                    gone: false,
+                    buffers: KVec::new(),
+                    next_id: 0,
+                    refusals: KVec::new(),
+                }),
+            }),
+            GFP_KERNEL,
+        )?;
+        PROVIDERS.lock().push(provider.clone(), GFP_KERNEL)?;
+        dev_info!(
+            pdev,
+            "p2pbuf: BAR{} ({} MiB) registered as p2pdma memory and published\n",
+            bar,
+            bar_size >> 20
+        );
+        Ok(DriverData { provider })
+    }
+
+    fn unbind<'bound>(_pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        this.provider.shutdown();
+        PROVIDERS
+            .lock()
+            .retain(|p| !core::ptr::eq::<Provider>(&**p, &*this.provider));
+    }
+}
