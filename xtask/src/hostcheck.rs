@@ -68,27 +68,30 @@ fn exporter_pattern(i: usize, seed: u32) -> u8 {
 pub fn checks(p: &Parser, files: &VmFiles) -> Vec<Check> {
     let mut out = vec![];
     for req in p.lines.iter().filter_map(|l| parse_request(l)) {
+        let (file, what) = match req.target {
+            Target::Gpu => (
+                &files.gpu_mem,
+                "ivshmem (GPU memory) backing file at BAR offset",
+            ),
+            Target::Nvme => (&files.nvme, "NVMe backing file at offset"),
+        };
         let name = format!(
-            "host: exporter buffer at BAR offset {:#x} ({} bytes) is in the ivshmem backing file",
-            req.offset, req.len
+            "host: {} bytes written in the guest are in the {what} {:#x}",
+            req.len, req.offset
         );
-        let check = match read_at(&files.gpu_mem, req.offset, req.len) {
-            Ok(buf) => match (0..req.len).find(|&i| buf[i] != exporter_pattern(i, req.seed)) {
+        let want = |i: usize| exporter_pattern(i, req.seed);
+        let check = match read_at(file, req.offset, req.len) {
+            Ok(buf) => match (0..req.len).find(|&i| buf[i] != want(i)) {
                 None => (name, Status::Pass, String::new()),
-                Some(i) => (
-                    name,
-                    Status::Fail,
-                    format!(
-                        "byte {i} is {:#04x}, want {:#04x}",
-                        buf[i],
-                        exporter_pattern(i, req.seed)
-                    ),
-                ),
+                Some(i) => {
+                    let note = format!("byte {i} is {:#04x}, want {:#04x}", buf[i], want(i));
+                    (name, Status::Fail, note)
+                }
             },
             Err(e) => (
                 name,
                 Status::Fail,
-                format!("cannot read {}: {e}", files.gpu_mem.display()),
+                format!("cannot read {}: {e}", file.display()),
             ),
         };
         out.push(check);
