@@ -13,6 +13,10 @@
 //!   exporter for tests.
 //! - [`exporter`]: device memory from the p2pbuf exporter (`/dev/p2pbuf`),
 //!   through its uAPI header (bindgen).
+//! - [`importer`]: the DMA engine (`/dev/p2pbuf-dma`) importing dma-bufs and copying
+//!   between them.
+//! - [`nvme`]: `O_DIRECT` reads and writes between a drive and a mapping (peer-to-peer
+//!   when the mapping is device memory).
 //! - [`rdma`]: finding RDMA devices (sysfs). Registration, rdma_cm and
 //!   RDMA WRITE/READ are in the `p2pbuf-rdma` crate.
 //! - `cuda` (feature `cuda`): CUDA device memory exported as a dma-buf.
@@ -27,6 +31,8 @@ pub mod error;
 pub mod exporter;
 pub mod fdinfo;
 pub mod fdpass;
+pub mod importer;
+pub mod nvme;
 pub mod rdma;
 pub mod udmabuf;
 

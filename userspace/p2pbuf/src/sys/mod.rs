@@ -211,6 +211,61 @@ pub(crate) fn p2pbuf_alloc(
     Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
 }
 
+#[cfg(p2pbuf_uapi)]
+const P2PBUF_DMA_IOCTL_IMPORT: Opcode = uapi::P2PBUF_REQUEST_DMA_IMPORT as Opcode;
+#[cfg(p2pbuf_uapi)]
+const P2PBUF_DMA_IOCTL_RELEASE: Opcode = uapi::P2PBUF_REQUEST_DMA_RELEASE as Opcode;
+#[cfg(p2pbuf_uapi)]
+const P2PBUF_DMA_IOCTL_COPY: Opcode = uapi::P2PBUF_REQUEST_DMA_COPY as Opcode;
+
+/// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_IMPORT, &import)`.
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn p2pbuf_dma_import(
+    dev: BorrowedFd<'_>,
+    arg: &mut uapi::p2pbuf_dma_import,
+) -> Result<(), Errno> {
+    // SAFETY: P2PBUF_DMA_IOCTL_IMPORT reads and writes a `struct p2pbuf_dma_import`, which
+    // `arg` is (generated from the same header); the kernel checks `size`.
+    unsafe {
+        rustix::ioctl::ioctl(
+            dev,
+            rustix::ioctl::Updater::<P2PBUF_DMA_IOCTL_IMPORT, _>::new(arg),
+        )
+    }
+}
+
+/// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_RELEASE, &release)`.
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn p2pbuf_dma_release(
+    dev: BorrowedFd<'_>,
+    arg: &mut uapi::p2pbuf_dma_release,
+) -> Result<(), Errno> {
+    // SAFETY: as `p2pbuf_dma_import`, for `struct p2pbuf_dma_release`.
+    unsafe {
+        rustix::ioctl::ioctl(
+            dev,
+            rustix::ioctl::Updater::<P2PBUF_DMA_IOCTL_RELEASE, _>::new(arg),
+        )
+    }
+}
+
+/// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_COPY, &copy)`: the bytes copied (the ioctl's
+/// return value; also in `arg.copied`, which the kernel writes on failure too).
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn p2pbuf_dma_copy(
+    dev: BorrowedFd<'_>,
+    arg: &mut uapi::p2pbuf_dma_copy,
+) -> Result<u64, Errno> {
+    // SAFETY: as `p2pbuf_dma_import`, for `struct p2pbuf_dma_copy`.
+    unsafe {
+        rustix::ioctl::ioctl(
+            dev,
+            rustix::ioctl::Updater::<P2PBUF_DMA_IOCTL_COPY, _>::new(arg),
+        )
+    }?;
+    Ok(arg.copied)
+}
+
 /// Duplicate a file descriptor number this process inherited (e.g. from a
 /// shell redirection `3<...`), with close-on-exec set on the copy.
 pub(crate) fn dup_inherited_fd(raw: RawFd) -> Result<OwnedFd, Errno> {
