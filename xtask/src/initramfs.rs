@@ -168,8 +168,8 @@ fn write_exec(path: &Path, src: &Path) -> Result<()> {
 }
 
 /// Builds the kselftest programs in `tests/selftests/*.c` against the tree's harness.
-fn build_selftests(ctx: &Ctx, dest: &Path) -> Result<Vec<String>> {
-    let dir = ctx.root.join("tests/selftests");
+fn build_selftests(ctx: &Ctx, src_dir: &str, dest: &Path) -> Result<Vec<String>> {
+    let dir = ctx.root.join(src_dir);
     let mut names = vec![];
     let Ok(rd) = fs::read_dir(&dir) else {
         return Ok(names);
@@ -210,12 +210,7 @@ fn build_selftests(ctx: &Ctx, dest: &Path) -> Result<Vec<String>> {
         .arg(dest.join(&name))
         .arg(&src)
         .arg("-lpthread");
-        run_step(
-            ctx,
-            &format!("cc tests/selftests/{name}.c"),
-            "initramfs",
-            &mut cc,
-        )?;
+        run_step(ctx, &format!("cc {src_dir}/{name}.c"), "initramfs", &mut cc)?;
         names.push(name);
     }
     Ok(names)
@@ -288,7 +283,9 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
             )?;
         }
     }
-    build_selftests(ctx, &root.join("p2pbuf/tests"))?;
+    build_selftests(ctx, "tests/selftests", &root.join("p2pbuf/tests"))?;
+    fs::create_dir_all(root.join("p2pbuf/bench"))?;
+    build_selftests(ctx, "tests/bench", &root.join("p2pbuf/bench"))?;
     for ko in module_files(ctx) {
         if !ko.exists() {
             bail!("{} is not built: run `cargo xtask modules`", ko.display());

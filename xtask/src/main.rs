@@ -3,6 +3,7 @@
 //! Fetches and builds Linux 7.2 with Rust, the project's modules and an initramfs, and runs
 //! the whole stack in QEMU. Every step is idempotent; caches live outside the clone.
 
+mod bench;
 mod hostcheck;
 mod initramfs;
 mod kernel;
@@ -15,7 +16,7 @@ mod util;
 mod vm;
 mod vmrun;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::Command;
@@ -131,6 +132,21 @@ enum Cmd {
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
         #[arg(long, value_parser = ["fail", "warn"])]
         inject: Option<String>,
+    },
+    /// Run every benchmark in the VM; Markdown tables and SVG plots under results/.
+    Bench {
+        #[command(flatten)]
+        build: BuildOpts,
+        #[command(flatten)]
+        vm: VmOpts,
+        /// Repetitions per size.
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
+        /// Where to write the results.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
     },
     /// The kernel series as format-patch files with a cover letter, checkpatch --strict.
     Patches {
@@ -356,6 +372,47 @@ fn real_main(cli: Cli) -> Result<()> {
                     build_each,
                 },
             )
+        }
+        Cmd::Bench {
+            build,
+            vm,
+            reps,
+            out,
+            timeout,
+        } => {
+            let files = build_all(&ctx, &build)?;
+            let mut cfg = vm.config(Mode::Bench);
+            cfg.append.push(format!("p2pbuf.reps={reps}"));
+            heading(&format!(
+                "bench: booting the lab ({reps} repetitions per size)"
+            ));
+            let t = Duration::from_secs(timeout);
+            let w = vmrun::Watch {
+                timeout: t,
+                echo_console: false,
+                print_results: false,
+                label: "bench".into(),
+            };
+            let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+            let out = if out.is_absolute() {
+                out
+            } else {
+                ctx.root.join(out)
+            };
+            let md = bench::write_results(&o.parser, &out)
+                .with_context(|| format!("console log: {}", o.console_log.display()))?;
+            println!("{md}");
+            println!(
+                "    results: {}/export_map.md, export_map.svg, raw.txt",
+                out.display()
+            );
+            if !o.problems.is_empty() || o.timed_out {
+                bail!(
+                    "the bench run hit trouble (see {})",
+                    o.console_log.display()
+                );
+            }
+            Ok(())
         }
         Cmd::Run { build, vm, timeout } => {
             let files = build_all(&ctx, &build)?;

@@ -25,6 +25,7 @@ pub enum Mode {
     Test,
     Run,
     Shell,
+    Bench,
 }
 
 impl Mode {
@@ -33,6 +34,7 @@ impl Mode {
             Mode::Test => "test",
             Mode::Run => "run",
             Mode::Shell => "shell",
+            Mode::Bench => "bench",
         }
     }
 }
