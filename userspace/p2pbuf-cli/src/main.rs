@@ -6,6 +6,7 @@
 
 mod rdma;
 mod target;
+mod xfer;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -99,7 +100,13 @@ enum Cmd {
     /// CUDA device memory as a dma-buf (build with `--features cuda`).
     #[command(subcommand)]
     Cuda(CudaCmd),
-    // Later: nvme read/write, fpga copy. They need the kernel modules.
+    /// NVMe: O_DIRECT reads and writes between a drive and a freshly allocated buffer
+    /// (device memory: peer-to-peer, the GPUDirect Storage path without nvidia-fs).
+    #[command(subcommand)]
+    Nvme(xfer::NvmeCmd),
+    /// The FPGA stand-in: the DMA engine behind /dev/p2pbuf-dma copying between dma-bufs.
+    #[command(subcommand)]
+    Fpga(xfer::FpgaCmd),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +201,8 @@ fn run(cli: Cli) -> p2pbuf::Result<()> {
         } => alloc(kind, size, fill, send.as_deref(), wait, hold, cli.json),
         Cmd::Rdma(c) => rdma::run(c, cli.json),
         Cmd::Cuda(c) => cuda(c, cli.json),
+        Cmd::Nvme(c) => xfer::nvme(c, cli.json),
+        Cmd::Fpga(c) => xfer::fpga(c, cli.json),
     }
 }
 
