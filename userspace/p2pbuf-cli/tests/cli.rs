@@ -131,3 +131,47 @@ fn alloc_from_a_missing_exporter_is_unavailable() {
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     assert!(stderr(&o).contains("/dev/p2pbuf"), "{}", stderr(&o));
 }
+
+#[test]
+fn nvme_without_the_drive_is_unavailable() {
+    let o = p2pbuf(&[
+        "nvme",
+        "read",
+        "--dev",
+        "/nonexistent/nvme0n1",
+        "--len",
+        "4k",
+    ]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+}
+
+#[test]
+fn nvme_zero_length_is_refused() {
+    let o = p2pbuf(&["nvme", "write", "--dev", "/dev/null", "--len", "0"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--len"), "{}", stderr(&o));
+}
+
+#[test]
+fn fpga_copy_checks_length_then_the_engine() {
+    let o = p2pbuf(&["fpga", "copy", "--len", "0"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("at least 1 byte"), "{}", stderr(&o));
+    let o = p2pbuf(&[
+        "--json",
+        "fpga",
+        "copy",
+        "--len",
+        "4k",
+        "--device",
+        "/nonexistent/p2pbuf-dma",
+    ]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["error"].as_str().unwrap().contains("p2pbuf_importer"),
+        "{v}"
+    );
+    assert_eq!(v["unavailable"], true);
+}
