@@ -1,0 +1,67 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# The p2pbuf CLI end to end: alloc (text and --json) of device memory, info of the buffer from
+# another process (PID:FD with pidfd_getfd, and its fdinfo file), and the failure modes a user
+# meets first: a device path that does not exist, a bad size, no /dev/p2pbuf.
+. /p2pbuf/lib.sh
+. /p2pbuf/rdma-lib.sh
+ktap_plan 8
+
+# expect_fail NAME WANT_RC TEXT CMD...: CMD must exit WANT_RC and say TEXT on stderr.
+expect_fail() {
+	_name=$1 _want=$2 _text=$3
+	shift 3
+	"$@" >/tmp/out.txt 2>/tmp/err.txt
+	_rc=$?
+	comment /tmp/err.txt
+	if [ $_rc -eq "$_want" ] && grep -q "$_text" /tmp/err.txt; then
+		ktap_ok "$_name (exit $_rc)"
+	else
+		comment /tmp/out.txt
+		ktap_fail "$_name: exit $_rc, want $_want and \"$_text\""
+	fi
+}
+
+p2pbuf alloc --kind p2pbuf --size 64k --fill 0x5a >/tmp/alloc.txt 2>&1
+rc=$?
+comment /tmp/alloc.txt
+ktap_check "p2pbuf alloc --kind p2pbuf: 64 KiB of device memory from a provider (exit $rc)" \
+	sh -c "[ $rc -eq 0 ] && grep -q 'allocated 65536 (64 KiB) from provider' /tmp/alloc.txt &&
+		grep -q 'exporter: p2pbuf' /tmp/alloc.txt"
+
+# --json, held for a few seconds so that another process can look at the fd.
+p2pbuf --json alloc --kind p2pbuf --size 2M --fill 0xa5 --hold 20 >/tmp/alloc.json 2>/tmp/alloc.err &
+holder=$!
+wait_for /tmp/alloc.json '"fd":' 10
+comment /tmp/alloc.json
+pid=$(json_num pid </tmp/alloc.json)
+fd=$(json_num fd </tmp/alloc.json)
+size=$(json_num size </tmp/alloc.json)
+if [ -n "$pid" ] && [ -n "$fd" ] && [ "$size" = 2097152 ] && grep -q '"exporter":"p2pbuf"' /tmp/alloc.json; then
+	ktap_ok "p2pbuf --json alloc: pid $pid fd $fd, size 2097152, exporter p2pbuf"
+else
+	ktap_fail "p2pbuf --json alloc: pid '$pid' fd '$fd' size '$size'"
+fi
+
+p2pbuf info "$pid:$fd" >/tmp/info.txt 2>&1
+rc=$?
+comment /tmp/info.txt
+ktap_check "p2pbuf info $pid:$fd (pidfd_getfd): exporter p2pbuf, 2 MiB (exit $rc)" \
+	sh -c "[ $rc -eq 0 ] && grep -q 'exporter: p2pbuf' /tmp/info.txt && grep -q 'size:     2097152' /tmp/info.txt"
+p2pbuf --json info "/proc/$pid/fdinfo/$fd" >/tmp/info.json 2>&1
+rc=$?
+comment /tmp/info.json
+ktap_check "p2pbuf --json info of the fdinfo file of pid $pid fd $fd: size 2097152 (exit $rc)" \
+	sh -c "[ $rc -eq 0 ] && grep -q '\"size\":2097152' /tmp/info.json"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+
+expect_fail "p2pbuf info of a nonexistent path: ENOENT, says so" 1 "No such file" \
+	p2pbuf info /nonexistent/buf
+expect_fail "p2pbuf nvme read from a nonexistent device: unavailable, says what to check" 69 "does not exist" \
+	p2pbuf nvme read --dev /dev/nonexistent0n1 --len 4096
+expect_fail "p2pbuf alloc with a bad size (12X): usage error" 2 "unknown unit" \
+	p2pbuf alloc --kind p2pbuf --size 12X
+expect_fail "p2pbuf alloc of more device memory than a provider has: ENOMEM or unavailable, says so" 69 "no provider has that much free" \
+	p2pbuf alloc --kind p2pbuf --size 64G
+ktap_exit

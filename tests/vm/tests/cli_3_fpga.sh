@@ -1,0 +1,61 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# p2pbuf fpga copy: the DMA engine (QEMU's edu, the FPGA stand-in) copies device memory to
+# device memory and device memory to system memory and back, at unaligned offsets, verified
+# through the CPU mappings, with the map type of each import; then the failure modes (a zero
+# length, no /dev/p2pbuf-dma). edu moves 10-20 KiB/s: the copies are small.
+. /p2pbuf/lib.sh
+. /p2pbuf/rdma-lib.sh
+ktap_plan 6
+
+# copy NAME WANT_SRC_MAP WANT_DST_MAP ARGS...: a copy that must verify.
+copy() {
+	_name=$1 _sm=$2 _dm=$3
+	shift 3
+	timeout 120 p2pbuf fpga copy "$@" >/tmp/c.txt 2>&1
+	_rc=$?
+	comment /tmp/c.txt
+	if [ $_rc -eq 0 ] && grep -q '^OK' /tmp/c.txt && grep -q "src: .*map type $_sm" /tmp/c.txt &&
+		grep -q "dst: .*map type $_dm" /tmp/c.txt; then
+		ktap_ok "$_name: verified, src $_sm, dst $_dm, $(sed -n 's/.*(\([0-9.]* KiB\)\/s).*/\1 per s/p' /tmp/c.txt)"
+	else
+		ktap_fail "$_name: exit $_rc (want OK, src $_sm, dst $_dm)"
+	fi
+}
+if [ ! -e /dev/p2pbuf-dma ]; then
+	for t in d2d d2s s2d json zero-len absent; do ktap_skip "$t" "no /dev/p2pbuf-dma (no edu device?)"; done
+	ktap_exit
+fi
+if [ "$P2PBUF_TOPOLOGY" = rootports ]; then DEVMAP="\(BUS_ADDR\|THRU_HOST_BRIDGE\)"; else DEVMAP=BUS_ADDR; fi
+copy "fpga copy device -> device memory, 12345 bytes, offsets 7 -> 4093" "$DEVMAP" "$DEVMAP" \
+	--src p2pbuf --dst p2pbuf --len 12345 --src-offset 7 --dst-offset 4093
+copy "fpga copy device -> system memory (udmabuf), 8 KiB" "$DEVMAP" HOST_MEMORY \
+	--src p2pbuf --dst udmabuf --len 8k
+copy "fpga copy system -> device memory, 5000 bytes at offset 1" HOST_MEMORY "$DEVMAP" \
+	--src udmabuf --dst p2pbuf --len 5000 --dst-offset 1
+
+timeout 120 p2pbuf --json fpga copy --src p2pbuf --dst p2pbuf --len 4k >/tmp/c.json 2>&1
+rc=$?
+comment /tmp/c.json
+ktap_check "p2pbuf --json fpga copy: verified, copied 4096, peer_to_peer (exit $rc)" \
+	sh -c "[ $rc -eq 0 ] && grep -q '\"verified\":true' /tmp/c.json && grep -q '\"copied\":4096' /tmp/c.json &&
+		grep -q '\"peer_to_peer\":true' /tmp/c.json"
+
+p2pbuf fpga copy --len 0 >/tmp/c.txt 2>&1
+rc=$?
+comment /tmp/c.txt
+ktap_check "fpga copy --len 0: refused with a message (exit $rc)" \
+	sh -c "[ $rc -eq 1 ] && grep -q 'at least 1 byte' /tmp/c.txt"
+
+# Without the importer module: a clear message and EX_UNAVAILABLE, then load it again.
+if rmmod p2pbuf_importer; then
+	p2pbuf fpga copy --len 4k >/tmp/c.txt 2>&1
+	rc=$?
+	comment /tmp/c.txt
+	insmod /lib/modules/p2pbuf/p2pbuf_importer.ko
+	ktap_check "fpga copy without the importer device: does not exist, says to load p2pbuf_importer (exit $rc)" \
+		sh -c "[ $rc -eq 69 ] && grep -q '/dev/p2pbuf-dma does not exist' /tmp/c.txt && grep -q 'insmod p2pbuf_importer' /tmp/c.txt"
+else
+	ktap_fail "rmmod p2pbuf_importer (to test its absence)"
+fi
+ktap_exit
