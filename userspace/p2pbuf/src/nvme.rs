@@ -45,7 +45,7 @@ fn check_for(e: Errno, write: bool) -> String {
     } else if e == Errno::INVAL {
         "O_DIRECT needs the offset, the length and the buffer address aligned to the drive's logical block size (usually 512 or 4096)".into()
     } else if e == Errno::FAULT {
-        "the buffer is not mapped (a revoked dma-buf?)".into()
+        "O_DIRECT could not pin the buffer's pages: a VM_PFNMAP mapping (udmabuf maps its dma-buf with vmf_insert_pfn: use host memory, or the memfd behind it), or a revoked dma-buf".into()
     } else if e == Errno::NOSPC || e == Errno::NXIO {
         "the range lies past the end of the drive".into()
     } else if e == Errno::IO {
