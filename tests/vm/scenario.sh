@@ -18,6 +18,16 @@ show() {
 	set +o pipefail
 	return $_rc
 }
+# run_to FILE CMD...: as show, keeping the output in FILE too.
+run_to() {
+	_f=$1
+	shift
+	echo "   \$ $*"
+	"$@" >"$_f" 2>&1
+	_rc=$?
+	sed 's/^/     /' "$_f"
+	return $_rc
+}
 # record STEP RESULT DETAIL: a row of the summary table.
 SUMMARY=/tmp/scenario-summary.txt
 : >$SUMMARY
@@ -78,12 +88,11 @@ mkdir -p $T
 step "6. Export device memory (p2pbuf alloc --kind p2pbuf)"
 say "The exporter hands out 2 MiB of the GPU-memory BAR as a dma-buf fd; we fill it through"
 say "its mmap (DMA_BUF_IOCTL_SYNC around the access) and read fdinfo back."
-if show timeout 30 p2pbuf alloc --kind p2pbuf --size 2M --fill 0x5a >$T/alloc.txt; then :; fi
-cat $T/alloc.txt
+run_to $T/alloc.txt timeout 30 p2pbuf alloc --kind p2pbuf --size 2M --fill 0x5a
 if grep -q "exporter: p2pbuf" $T/alloc.txt; then
-	record "export device memory" PASS "$(sed -n 's/^\$ *//; s/^ *allocated \(.*\)/\1/p' $T/alloc.txt | head -1)"
+	record "6. export device memory" PASS "$(sed -n 's/^\$ *//; s/^ *allocated \(.*\)/\1/p' $T/alloc.txt | head -1)"
 else
-	record "export device memory" FAIL "p2pbuf alloc --kind p2pbuf failed (see above)"
+	record "6. export device memory" FAIL "p2pbuf alloc --kind p2pbuf failed (see above)"
 fi
 
 step "7. Pass the fd to another process (p2pbuf recv + p2pbuf alloc --send)"
@@ -98,39 +107,38 @@ rrc=$?
 say "receiver (pid $rpid) said:"
 sed 's/^/     /' $T/recv.txt
 if [ $rrc -eq 0 ] && grep -q "exporter: p2pbuf" $T/recv.txt && grep -q "first bytes a5 a5 a5 a5" $T/recv.txt; then
-	record "pass the fd" PASS "pid $rpid received the p2pbuf dma-buf and read a5 through its own mmap"
+	record "7. pass the fd" PASS "pid $rpid received the p2pbuf dma-buf and read a5 through its own mmap"
 else
-	record "pass the fd" FAIL "receiver exit $rrc (see above)"
+	record "7. pass the fd" FAIL "receiver exit $rrc (see above)"
 fi
 
 step "8. Register device memory for RDMA (soft-RoCE rxe0, ibv_reg_dmabuf_mr)"
 if rxe_setup; then
 	say "rxe0 on $RXE_NETDEV ($RXE_IP) is ACTIVE"
-	show timeout 30 p2pbuf rdma reg --buf p2pbuf --size 4M >$T/reg.txt
+	run_to $T/reg.txt timeout 30 p2pbuf rdma reg --buf p2pbuf --size 4M
 	rc=$?
-	sed 's/^/     /' $T/reg.txt
 	if [ $rc -eq 0 ] && grep -q "ibv_reg_dmabuf_mr" $T/reg.txt; then
 		REG=ok
-		record "RDMA registration" PASS "device memory registered with ibv_reg_dmabuf_mr on rxe0"
+		record "8. RDMA registration" PASS "device memory registered with ibv_reg_dmabuf_mr on rxe0"
 	elif grep -q "errno 95" $T/reg.txt; then
 		REG=eopnotsupp
 		say "The kernel's rxe driver has no dma-buf memory regions (no reg_user_mr_dmabuf):"
 		say "the kernel refuses with EOPNOTSUPP before looking at the buffer. A NIC with"
 		say "dma-buf MR support (mlx5, efa, irdma...) registers the same fd."
-		record "RDMA registration" "REFUSED (expected)" "rxe has no dma-buf MRs in this kernel: EOPNOTSUPP (errno 95)"
+		record "8. RDMA registration" "REFUSED (expected)" "rxe has no dma-buf MRs in this kernel: EOPNOTSUPP (errno 95)"
 	else
 		REG=fail
-		record "RDMA registration" FAIL "p2pbuf rdma reg exit $rc (see above)"
+		record "8. RDMA registration" FAIL "p2pbuf rdma reg exit $rc (see above)"
 	fi
 else
 	REG=norxe
-	record "RDMA registration" FAIL "could not set up rxe0 on $RXE_NETDEV"
+	record "8. RDMA registration" FAIL "could not set up rxe0 on $RXE_NETDEV"
 fi
 
 step "9. An RDMA WRITE from a peer (rdma serve + rdma write)"
 if [ "$REG" = ok ]; then BUF=p2pbuf; WHAT="device memory (dma-buf MR)"; else BUF=host; WHAT="a host-memory MR (ibv_reg_mr)"; fi
 if [ "$REG" = norxe ]; then
-	record "RDMA WRITE from a peer" SKIP "no rxe0"
+	record "9. RDMA WRITE from a peer" SKIP "no rxe0"
 else
 	say "The server registers $WHAT and waits; the client connects with rdma_cm, RDMA WRITEs"
 	say "1 MiB of a pattern, and the server checks every byte through the CPU."
@@ -138,9 +146,8 @@ else
 	timeout 60 p2pbuf rdma serve --port $PORT --buf $BUF --size 4M --clients 1 --timeout 45 >$T/serve.txt 2>&1 &
 	spid=$!
 	if wait_for $T/serve.txt "listening on" 20; then
-		show timeout 45 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --offset 0 --pattern 9 >$T/w.txt
+		run_to $T/w.txt timeout 45 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --offset 0 --pattern 9
 		rc=$?
-		sed 's/^/     /' $T/w.txt
 	else
 		rc=124
 	fi
@@ -148,9 +155,9 @@ else
 	say "server said:"
 	sed 's/^/     /' $T/serve.txt
 	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" $T/w.txt; then
-		record "RDMA WRITE from a peer" PASS "1 MiB into $WHAT, verified by the server, $(rate $T/w.txt)"
+		record "9. RDMA WRITE from a peer" PASS "1 MiB into $WHAT, verified by the server, $(rate $T/w.txt)"
 	else
-		record "RDMA WRITE from a peer" FAIL "rdma write exit $rc (see above)"
+		record "9. RDMA WRITE from a peer" FAIL "rdma write exit $rc (see above)"
 	fi
 fi
 
@@ -158,20 +165,19 @@ step "10. Read NVMe into device memory (O_DIRECT, peer-to-peer)"
 if [ -b /dev/nvme0n1 ]; then
 	say "Write 1 MiB of a pattern from device memory to the drive, then read it back into other"
 	say "device memory: the drive DMAs to and from the BAR, the CPU never touches the data."
-	show timeout 60 p2pbuf nvme write --dev /dev/nvme0n1 --offset 128M --len 1M --from p2pbuf --pattern-seed 42
+	run_to $T/nw.txt timeout 60 p2pbuf nvme write --dev /dev/nvme0n1 --offset 128M --len 1M --from p2pbuf --pattern-seed 42
 	wrc=$?
-	show timeout 60 p2pbuf nvme read --dev /dev/nvme0n1 --offset 128M --len 1M --into p2pbuf --verify-seed 42 >$T/nr.txt
+	run_to $T/nr.txt timeout 60 p2pbuf nvme read --dev /dev/nvme0n1 --offset 128M --len 1M --into p2pbuf --verify-seed 42
 	rrc=$?
-	sed 's/^/     /' $T/nr.txt
 	if [ $wrc -eq 0 ] && [ $rrc -eq 0 ] && grep -q "all 1048576 bytes are seed 42" $T/nr.txt; then
-		record "NVMe into device memory" PASS "1 MiB written from and read into device memory peer-to-peer, verified; $(sed -n 's/.*moved: *//p' $T/nr.txt)"
-	elif grep -q "errno 121" $T/nr.txt; then
-		record "NVMe into device memory" "REFUSED (topology)" "EREMOTEIO: no peer-to-peer path between the drive and the memory"
+		record "10. NVMe into device memory" PASS "1 MiB written from and read into device memory peer-to-peer, verified; $(sed -n 's/.*moved: *//p' $T/nr.txt)"
+	elif grep -q "errno 121" $T/nw.txt $T/nr.txt; then
+		record "10. NVMe into device memory" "REFUSED (topology)" "EREMOTEIO: no peer-to-peer path between the drive and the memory"
 	else
-		record "NVMe into device memory" FAIL "write exit $wrc, read exit $rrc (see above)"
+		record "10. NVMe into device memory" FAIL "write exit $wrc, read exit $rrc (see above)"
 	fi
 else
-	record "NVMe into device memory" SKIP "no /dev/nvme0n1"
+	record "10. NVMe into device memory" SKIP "no /dev/nvme0n1"
 fi
 
 step "11. Copy through the FPGA stand-in (the edu DMA engine, p2pbuf fpga copy)"
@@ -179,30 +185,26 @@ if [ -e /dev/p2pbuf-dma ]; then
 	say "Two dma-bufs imported into the engine (dynamic attachments, peer-to-peer allowed); the"
 	say "engine copies 16 KiB device -> device, then 8 KiB device -> system memory; the"
 	say "destination is checked through its mmap. (QEMU's edu moves 10-20 KiB/s.)"
-	show timeout 120 p2pbuf fpga copy --src p2pbuf --dst p2pbuf --len 16k --src-offset 3 --dst-offset 5 >$T/f1.txt
+	run_to $T/f1.txt timeout 120 p2pbuf fpga copy --src p2pbuf --dst p2pbuf --len 16k --src-offset 3 --dst-offset 5
 	rc1=$?
-	sed 's/^/     /' $T/f1.txt
-	show timeout 120 p2pbuf fpga copy --src p2pbuf --dst udmabuf --len 8k >$T/f2.txt
+	run_to $T/f2.txt timeout 120 p2pbuf fpga copy --src p2pbuf --dst udmabuf --len 8k
 	rc2=$?
-	sed 's/^/     /' $T/f2.txt
 	m1=$(sed -n 's/.*src: .*map type \([A-Z_]*\).*/\1/p' $T/f1.txt)
 	m2=$(sed -n 's/.*dst: .*map type \([A-Z_]*\).*/\1/p' $T/f2.txt)
 	if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
-		record "FPGA copy" PASS "device->device ($m1) and device->system ($m2) verified; $(sed -n 's/.*(\([0-9.]* KiB\/s\)).*/\1/p' $T/f1.txt)"
+		record "11. FPGA copy" PASS "device->device ($m1) and device->system ($m2) verified; $(sed -n 's/.*(\([0-9.]* KiB\/s\)).*/\1/p' $T/f1.txt)"
 	else
-		record "FPGA copy" FAIL "device->device exit $rc1, device->system exit $rc2 (see above)"
+		record "11. FPGA copy" FAIL "device->device exit $rc1, device->system exit $rc2 (see above)"
 	fi
 else
-	record "FPGA copy" SKIP "no /dev/p2pbuf-dma (no edu device?)"
+	record "11. FPGA copy" SKIP "no /dev/p2pbuf-dma (no edu device?)"
 fi
 
 step "12. Summary"
-printf '   %-26s %-20s %s\n' STEP RESULT DETAIL
-printf '   %-26s %-20s %s\n' "--------------------------" "--------------------" "------"
-n=0
+printf '   %-28s %-20s %s\n' STEP RESULT DETAIL
+printf '   %-28s %-20s %s\n' "----------------------------" "--------------------" "------"
 while IFS='	' read -r a b c; do
-	n=$((n + 1))
-	printf '   %-26s %-20s %s\n' "$n. $a" "$b" "$c"
+	printf '   %-28s %-20s %s\n' "$a" "$b" "$c"
 done <$SUMMARY
 fails=$(grep -c '	FAIL	' $SUMMARY)
 say ""
