@@ -171,8 +171,8 @@ if [ -b /dev/nvme0n1 ]; then
 	rrc=$?
 	if [ $wrc -eq 0 ] && [ $rrc -eq 0 ] && grep -q "all 1048576 bytes are seed 42" $T/nr.txt; then
 		record "10. NVMe into device memory" PASS "1 MiB written from and read into device memory peer-to-peer, verified; $(sed -n 's/.*moved: *//p' $T/nr.txt)"
-	elif grep -q "errno 121" $T/nw.txt $T/nr.txt; then
-		record "10. NVMe into device memory" "REFUSED (topology)" "EREMOTEIO: no peer-to-peer path between the drive and the memory"
+	elif grep -q "no peer-to-peer path" $T/nw.txt $T/nr.txt; then
+		record "10. NVMe into device memory" "REFUSED (topology)" "the block layer refused the P2P pages: no peer-to-peer path between the drive and the memory"
 	else
 		record "10. NVMe into device memory" FAIL "write exit $wrc, read exit $rrc (see above)"
 	fi
@@ -191,7 +191,9 @@ if [ -e /dev/p2pbuf-dma ]; then
 	rc2=$?
 	m1=$(sed -n 's/.*src: .*map type \([A-Z_]*\).*/\1/p' $T/f1.txt)
 	m2=$(sed -n 's/.*dst: .*map type \([A-Z_]*\).*/\1/p' $T/f2.txt)
-	if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
+	if grep -q "no peer-to-peer path between the engine" $T/f1.txt $T/f2.txt; then
+		record "11. FPGA copy" "REFUSED (topology)" "the exporter refused the engine (EOPNOTSUPP): no peer-to-peer path to device memory"
+	elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
 		record "11. FPGA copy" PASS "device->device ($m1) and device->system ($m2) verified; $(sed -n 's/.*(\([0-9.]* KiB\/s\)).*/\1/p' $T/f1.txt)"
 	else
 		record "11. FPGA copy" FAIL "device->device exit $rc1, device->system exit $rc2 (see above)"

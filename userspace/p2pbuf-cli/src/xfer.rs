@@ -246,6 +246,15 @@ pub fn nvme(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
     let drive = p2pbuf::nvme::Drive::open(&dev, write)?;
     let mut mem = Mem::alloc(kind, len)?;
     let info = mem.info(kind);
+    // Device memory with an aligned request: EINVAL/EREMOTEIO mean "no P2P path".
+    let p2p_aligned = kind == MemKind::P2pbuf && offset % 512 == 0 && len % 512 == 0;
+    let explain = |e: Error| {
+        if p2p_aligned {
+            p2pbuf::nvme::explain_p2p_refusal(e)
+        } else {
+            e
+        }
+    };
     let (secs, verified) = match &mut mem {
         Mem::Dma { buf, .. } => {
             let mut map = buf.map(Access::ReadWrite)?;
@@ -259,7 +268,9 @@ pub fn nvme(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
                 }
                 let r = map.read()?;
                 let t = Instant::now();
-                drive.write_from(&r[..len], offset as u64)?;
+                drive
+                    .write_from(&r[..len], offset as u64)
+                    .map_err(explain)?;
                 let s = t.elapsed().as_secs_f64();
                 r.finish()?;
                 (s, None)
@@ -269,7 +280,9 @@ pub fn nvme(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
                 {
                     let mut w = map.write()?;
                     t = Instant::now();
-                    drive.read_into(&mut w[..len], offset as u64)?;
+                    drive
+                        .read_into(&mut w[..len], offset as u64)
+                        .map_err(explain)?;
                     s = t.elapsed().as_secs_f64();
                     w.finish()?;
                 }

@@ -31,6 +31,36 @@ pub fn is_no_p2p_path(e: &Error) -> bool {
     e.errno() == Some(EREMOTEIO)
 }
 
+const NO_P2P_PATH: &str = "the drive and the memory have no peer-to-peer path (PCI topology): the block layer refused the P2P pages; O_DIRECT does not bounce through host memory. Check the exporter's debugfs distances, and that both sit under one PCI switch (or a host bridge on the p2pdma whitelist)";
+
+/// For a transfer whose buffer is device memory (p2pdma pages) with the offset and length
+/// aligned: the block layer's answers that mean "no peer-to-peer path". A queue that takes no
+/// P2P pages fails the pinning with `EREMOTEIO`; a queue that does (NVMe) but whose DMA
+/// mapping finds no path (`pci_p2pdma_state()` = `PCI_P2PDMA_MAP_NOT_SUPPORTED`) completes
+/// the request with `BLK_STS_INVAL`, which reaches userspace as `EINVAL`. Such errors get the
+/// topology explanation; others are returned unchanged.
+pub fn explain_p2p_refusal(e: Error) -> Error {
+    match e {
+        Error::Os { what, errno, .. }
+            if errno == EREMOTEIO || errno == Errno::INVAL.raw_os_error() =>
+        {
+            Error::Os {
+                what,
+                errno,
+                check: Some(format!(
+                    "{NO_P2P_PATH}{}",
+                    if errno == EREMOTEIO {
+                        ""
+                    } else {
+                        " (EINVAL: the request's DMA mapping found no P2P path, BLK_STS_INVAL; offset, length and buffer are aligned)"
+                    }
+                )),
+            }
+        }
+        other => other,
+    }
+}
+
 /// A block device opened with `O_DIRECT`.
 #[derive(Debug)]
 pub struct Drive {
@@ -41,7 +71,7 @@ pub struct Drive {
 
 fn check_for(e: Errno, write: bool) -> String {
     if e.raw_os_error() == EREMOTEIO {
-        "the drive and the memory have no peer-to-peer path (PCI topology): the block layer refused the P2P pages; O_DIRECT does not bounce through host memory. Check the exporter's debugfs distances, and that both sit under one PCI switch (or a host bridge on the p2pdma whitelist)".into()
+        NO_P2P_PATH.into()
     } else if e == Errno::INVAL {
         "O_DIRECT needs the offset, the length and the buffer address aligned to the drive's logical block size (usually 512 or 4096)".into()
     } else if e == Errno::FAULT {
@@ -204,6 +234,16 @@ mod tests {
         );
         assert!(is_no_p2p_path(&e));
         assert!(e.to_string().contains("no peer-to-peer path"), "{e}");
+    }
+
+    #[test]
+    fn einval_on_device_memory_is_explained() {
+        let e = Error::os_check("pwrite", Errno::INVAL, "alignment");
+        let e = explain_p2p_refusal(e);
+        assert_eq!(e.errno(), Some(22));
+        assert!(e.to_string().contains("no peer-to-peer path"), "{e}");
+        let e = explain_p2p_refusal(Error::os_check("pwrite", Errno::IO, "dmesg"));
+        assert!(!e.to_string().contains("peer-to-peer"), "{e}");
     }
 
     #[test]
