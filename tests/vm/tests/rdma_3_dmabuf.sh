@@ -4,17 +4,15 @@
 # from one process to another over a Unix socket, the p2pbuf exporter's device memory, and
 # the registrations that must be refused.
 #
-# Linux 7.2's rxe has no reg_user_mr_dmabuf: with the project's rdma-core (whose rxe provider
-# passes ibv_reg_dmabuf_mr to the kernel) every such registration fails in the kernel with
-# EOPNOTSUPP (95), before any argument is looked at. That is what this test expects until the
-# kernel half ("RDMA/rxe: support dma-buf memory regions") lands; then boot with
-# `--append p2pbuf.dmabuf_mr=supported` (or change the default below): registrations must
-# succeed, the RDMA writes into the dma-bufs are verified through their mmap, and the bad
-# registrations get the kernel's EINVAL (22).
+# The kernel carries the series' "RDMA/rxe: Support dma-buf memory regions" and the VM's
+# rdma-core the provider patch, so registrations must succeed, the RDMA writes into the
+# dma-bufs are verified through their mmap, and the bad registrations get the kernel's EINVAL
+# (22). A kernel without the rxe half answers EOPNOTSUPP (95) before looking at any argument:
+# boot it with `--append p2pbuf.dmabuf_mr=eopnotsupp` to check that instead.
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 DMABUF_MR=$(cmdline_arg dmabuf_mr)
-DMABUF_MR=${DMABUF_MR:-eopnotsupp}
+DMABUF_MR=${DMABUF_MR:-supported}
 if [ "$DMABUF_MR" = supported ]; then BAD=22; else BAD=95; fi
 ktap_plan 14
 echo "# expecting dma-buf MRs to be: $DMABUF_MR (bad registrations: errno $BAD)"
