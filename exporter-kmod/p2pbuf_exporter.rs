@@ -28,6 +28,7 @@ mod buffer;
 mod debugfs;
 mod provider;
 mod uapi;
+mod uapi_arg;
 
 use provider::Provider;
 

@@ -32,6 +32,8 @@ mod edu;
 mod engine;
 mod import;
 mod uapi;
+#[path = "../exporter-kmod/uapi_arg.rs"]
+mod uapi_arg;
 
 use engine::Engine;
 
