@@ -8,7 +8,9 @@
  * the importer (the edu DMA engine's driver): dma_buf_dynamic_attach + map for its device,
  * which also reports the number of DMA ranges of the mapping.
  *
- * Output, one line per repetition (parsed by `cargo xtask bench`):
+ * Output (the line protocol of docs/bench.md, parsed by `cargo xtask bench`): a BENCHINFO line
+ * (udmabuf is the baseline, the sweep is size), a BENCHMETRIC line per metric, then one line per
+ * repetition:
  *   BENCH export_map kind=<p2pbuf|udmabuf> size=<bytes> rep=<n> export_us=<t> import_us=<t> ranges=<n>
  */
 #include <errno.h>
@@ -75,6 +77,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "need /dev/p2pbuf, /dev/udmabuf and /dev/p2pbuf-dma: %s\n", strerror(errno));
 		return 4;
 	}
+	printf("BENCHINFO export_map baseline=udmabuf title=export_+_attach+map:_p2pbuf_device_memory_vs_udmabuf x=size\n");
+	printf("BENCHMETRIC export_map export_us unit=us better=lower\n");
+	printf("BENCHMETRIC export_map import_us unit=us better=lower\n");
+	printf("BENCHMETRIC export_map ranges unit=ranges better=lower\n");
+	fflush(stdout);
 	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 		for (r = 0; r < reps; r++) {
 			for (k = 0; k < 2; k++) {

@@ -1,13 +1,23 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
-# `cargo xtask bench` in the guest: load the modules, run every program in /p2pbuf/bench; their
-# "BENCH ..." lines go to ttyS1, where xtask collects them.
+# `cargo xtask bench` in the guest: load the modules, run every program in /p2pbuf/bench
+# (compiled from tests/bench/*.c, or shell scripts copied from tests/bench/*.sh) with the
+# repetition count as argv[1]. Their BENCHINFO/BENCHMETRIC/BENCH lines (docs/bench.md) go to
+# ttyS1, where xtask collects them; "# bench NAME" and "# bench NAME exit STATUS" frame each.
+# p2pbuf.bench=WORD on the kernel command line runs only the programs whose name contains WORD.
 . /p2pbuf/lib.sh
 reps=$(cmdline_arg reps)
+only=$(cmdline_arg bench)
 load_modules || echo "# could not load the p2pbuf modules" >/dev/kmsg
 for b in /p2pbuf/bench/*; do
 	[ -x "$b" ] || continue
-	echo "# bench $(basename "$b")"
+	name=$(basename "$b")
+	case "$name" in
+	*"$only"*) ;;
+	*) continue ;;
+	esac
+	echo "# bench $name"
+	cd /tmp || exit 1
 	timeout 1200 "$b" "${reps:-5}" 2>&1
-	echo "# bench $(basename "$b") exit $?"
+	echo "# bench $name exit $?"
 done

@@ -286,6 +286,20 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     build_selftests(ctx, "tests/selftests", &root.join("p2pbuf/tests"))?;
     fs::create_dir_all(root.join("p2pbuf/bench"))?;
     build_selftests(ctx, "tests/bench", &root.join("p2pbuf/bench"))?;
+    // Shell-script benchmarks (e.g. around the CLI) run next to the compiled ones.
+    if let Ok(rd) = fs::read_dir(ctx.root.join("tests/bench")) {
+        for e in rd {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "sh") {
+                write_exec(
+                    &root
+                        .join("p2pbuf/bench")
+                        .join(p.file_name().unwrap_or_default()),
+                    &p,
+                )?;
+            }
+        }
+    }
     for ko in module_files(ctx) {
         if !ko.exists() {
             bail!("{} is not built: run `cargo xtask modules`", ko.display());

@@ -139,14 +139,21 @@ enum Cmd {
         build: BuildOpts,
         #[command(flatten)]
         vm: VmOpts,
-        /// Repetitions per size.
+        /// Repetitions per point (passed to each benchmark program as argv[1]).
         #[arg(long, default_value_t = 5)]
         reps: u32,
         /// Where to write the results.
         #[arg(long, default_value = "results")]
         out: PathBuf,
+        /// Give up on the VM after this many seconds.
         #[arg(long, default_value_t = 1800)]
         timeout: u64,
+        /// Only run benchmark programs whose file name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Boot nothing: write the results from a raw.txt of an earlier run.
+        #[arg(long)]
+        from_raw: Option<PathBuf>,
     },
     /// The kernel series as format-patch files with a cover letter, checkpatch --strict.
     Patches {
@@ -379,10 +386,33 @@ fn real_main(cli: Cli) -> Result<()> {
             reps,
             out,
             timeout,
+            filter,
+            from_raw,
         } => {
+            let out = if out.is_absolute() {
+                out
+            } else {
+                ctx.root.join(out)
+            };
+            if let Some(raw) = from_raw {
+                let text = std::fs::read_to_string(&raw)
+                    .with_context(|| format!("reading {}", raw.display()))?;
+                let lines: Vec<String> = text.lines().map(str::to_string).collect();
+                let rep = bench::write_results(&lines, &out, reps)?;
+                bench_summary(&rep, &out);
+                return Ok(());
+            }
+            if let Some(f) = &filter {
+                if f.is_empty() || f.contains(char::is_whitespace) {
+                    bail!("--filter takes one word (a part of a benchmark's file name)");
+                }
+            }
             let files = build_all(&ctx, &build)?;
             let mut cfg = vm.config(Mode::Bench);
             cfg.append.push(format!("p2pbuf.reps={reps}"));
+            if let Some(f) = &filter {
+                cfg.append.push(format!("p2pbuf.bench={f}"));
+            }
             heading(&format!(
                 "bench: booting the lab ({reps} repetitions per size)"
             ));
@@ -394,21 +424,18 @@ fn real_main(cli: Cli) -> Result<()> {
                 label: "bench".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
-            let out = if out.is_absolute() {
-                out
-            } else {
-                ctx.root.join(out)
-            };
-            let md = bench::write_results(&o.parser, &out)
+            let rep = bench::write_results(&o.parser.lines, &out, reps)
                 .with_context(|| format!("console log: {}", o.console_log.display()))?;
-            println!("{md}");
-            println!(
-                "    results: {}/export_map.md, export_map.svg, raw.txt",
-                out.display()
-            );
-            if !o.problems.is_empty() || o.timed_out {
+            bench_summary(&rep, &out);
+            let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
+            if !o.problems.is_empty() || o.timed_out || !failed.is_empty() {
                 bail!(
-                    "the bench run hit trouble (see {})",
+                    "the bench run hit trouble{} (see {})",
+                    if failed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {} failed", failed.join(", "))
+                    },
                     o.console_log.display()
                 );
             }
@@ -441,4 +468,27 @@ fn real_main(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The terminal summary of a bench run.
+fn bench_summary(rep: &bench::Report, out: &std::path::Path) {
+    heading("bench: summary (median of the kind / median of the baseline)");
+    for l in bench::summary_lines(&rep.benches) {
+        println!("    {l}");
+    }
+    for p in rep.failed() {
+        println!(
+            "    program {} {}",
+            p.name,
+            match p.exit {
+                Some(c) => format!("exited {c}"),
+                None => "did not finish".into(),
+            }
+        );
+    }
+    println!(
+        "    results: {}/README.md ({} files: a table and a plot per benchmark)",
+        out.display(),
+        rep.files.len()
+    );
 }
