@@ -40,3 +40,24 @@ ktap_check() {
 	if "$@"; then ktap_ok "$_name"; else ktap_fail "$_name"; fi
 }
 ktap_exit() { exit $_failed; }
+
+# cpu_is_zen: an AMD CPU of family 0x17 or later, which the p2pdma host-bridge whitelist
+# (cpu_supports_p2pdma() in drivers/pci/p2pdma.c) trusts with peer-to-peer through the host bridge.
+cpu_is_zen() {
+	grep -q '^vendor_id.*AuthenticAMD' /proc/cpuinfo &&
+		[ "$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)" -ge 23 ]
+}
+
+# p2p_fabric: what the kernel's p2pdma policy must answer on this boot's fabric (see
+# xtask/src/boots.rs): "switch" (one PCIe switch: BUS_ADDR), "hostbridge" (root ports and a
+# Zen CPU: THRU_HOST_BRIDGE, through the IOMMU when there is one), "refused" (root ports and
+# any other CPU: no peer-to-peer path).
+p2p_fabric() {
+	if [ "$P2PBUF_TOPOLOGY" != rootports ]; then
+		echo switch
+	elif cpu_is_zen; then
+		echo hostbridge
+	else
+		echo refused
+	fi
+}

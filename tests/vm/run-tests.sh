@@ -7,6 +7,28 @@
 filter=$(cmdline_arg filter)
 inject=$(cmdline_arg inject)
 export P2PBUF_TOPOLOGY=$(cmdline_arg topology)
+# Which boot of `cargo xtask test` this is (xtask/src/boots.rs): the main boot runs every test
+# but those named in p2pbuf.skip (prefixes) plus the KUnit suites; a topology boot runs only
+# the tests whose names contain one of p2pbuf.only (comma-separated).
+export P2PBUF_SUITE=$(cmdline_arg suite)
+only=$(cmdline_arg only | tr , ' ')
+skip=$(cmdline_arg skip | tr , ' ')
+export P2PBUF_CPU_VENDOR=$(sed -n 's/^vendor_id[[:space:]]*: //p' /proc/cpuinfo | head -1)
+if [ -d /sys/class/iommu ] && [ -n "$(ls /sys/class/iommu 2>/dev/null)" ]; then
+	export P2PBUF_IOMMU=1
+else
+	export P2PBUF_IOMMU=0
+fi
+
+# selected NAME: whether this boot runs the test NAME (before --filter).
+selected() {
+	if [ -n "$only" ]; then
+		for o in $only; do case "$1" in *"$o"*) return 0 ;; esac; done
+		return 1
+	fi
+	for x in $skip; do case "$1" in "$x"*) return 1 ;; esac; done
+	return 0
+}
 
 # Leaks from boot are not ours: scan once and forget them before the suite starts.
 if [ -w /sys/kernel/debug/kmemleak ]; then
@@ -20,10 +42,11 @@ load_modules || echo "# could not load the p2pbuf modules (see dmesg)" >/dev/kms
 tests=""
 for t in /p2pbuf/tests/*; do
 	[ -x "$t" ] || continue
+	selected "$(basename "$t")" || continue
 	case "$(basename "$t")" in *"$filter"*) tests="$tests $t" ;; esac
 done
 suites=""
-for s in /sys/kernel/debug/kunit/*; do
+[ -n "$only" ] || for s in /sys/kernel/debug/kunit/*; do
 	[ -f "$s/results" ] || continue
 	case "kunit:$(basename "$s")" in *"$filter"*) suites="$suites $s" ;; esac
 done

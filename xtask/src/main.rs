@@ -4,6 +4,7 @@
 //! the whole stack in QEMU. Every step is idempotent; caches live outside the clone.
 
 mod bench;
+mod boots;
 mod hostcheck;
 mod initramfs;
 mod kernel;
@@ -129,6 +130,10 @@ enum Cmd {
         /// Only run in-VM tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu. Default: all
+        /// of them, or one boot of the whole suite when --topology/--cpu/--iommu are given.
+        #[arg(long = "boot")]
+        boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
         #[arg(long, value_parser = ["fail", "warn"])]
         inject: Option<String>,
@@ -215,15 +220,92 @@ fn host_tests(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn vm_test(
+/// Names of the in-VM tests (file stems), as run-tests.sh sees them.
+fn vm_test_names(ctx: &Ctx) -> Vec<String> {
+    let mut v = vec![];
+    for (dir, ext) in [("tests/vm/tests", "sh"), ("tests/selftests", "c")] {
+        if let Ok(rd) = std::fs::read_dir(ctx.root.join(dir)) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == ext) {
+                    v.push(
+                        p.file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Runs the in-VM suite on every selected boot; one line per boot at the end.
+#[allow(clippy::too_many_arguments)]
+fn vm_tests(
     ctx: &Ctx,
     files: &VmFiles,
     vm: &VmOpts,
+    names: &[String],
     timeout: u64,
     filter: Option<&str>,
     inject: Option<&str>,
 ) -> Result<()> {
+    let custom =
+        names.is_empty() && (vm.topology != Topology::Switch || vm.iommu || vm.cpu != "max");
+    let boots: Vec<Option<boots::Boot>> = if custom {
+        vec![None]
+    } else {
+        let b = boots::select(names, filter, &vm_test_names(ctx))?;
+        if b.is_empty() {
+            bail!(
+                "--filter {:?} selects no in-VM test on any boot",
+                filter.unwrap_or("")
+            );
+        }
+        b.into_iter().map(Some).collect()
+    };
+    let mut summary = vec![];
+    let mut failed = vec![];
+    for b in &boots {
+        let label = b.as_ref().map_or("custom", |b| b.name);
+        if let Some(b) = b {
+            println!("    boot {label}: {}", b.why);
+        }
+        match vm_test(ctx, files, vm, b.as_ref(), timeout, filter, inject) {
+            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
+            Err(e) => {
+                summary.push(format!("{label}: FAILED ({e:#})"));
+                failed.push(label.to_string());
+            }
+        }
+    }
+    if boots.len() > 1 {
+        heading("vm: summary of all boots");
+        for l in &summary {
+            println!("    {l}");
+        }
+    }
+    if !failed.is_empty() {
+        bail!("in-VM suite failed on boot(s): {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn vm_test(
+    ctx: &Ctx,
+    files: &VmFiles,
+    vm: &VmOpts,
+    boot: Option<&boots::Boot>,
+    timeout: u64,
+    filter: Option<&str>,
+    inject: Option<&str>,
+) -> Result<(usize, usize, usize)> {
     let mut cfg = vm.config(Mode::Test);
+    if let Some(b) = boot {
+        b.apply(&mut cfg);
+    }
     if let Some(f) = filter {
         cfg.append.push(format!("p2pbuf.filter={f}"));
     }
@@ -241,7 +323,13 @@ fn vm_test(
         timeout: t,
         echo_console: false,
         print_results: true,
-        label: "test".into(),
+        label: boot.map_or("test".into(), |b| {
+            if b.name == "main" {
+                "test".into()
+            } else {
+                format!("test-{}", b.name)
+            }
+        }),
     };
     let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
     let (mut p, mut f, mut s) = o.parser.counts();
@@ -277,7 +365,7 @@ fn vm_test(
             o.console_log.display()
         );
     }
-    Ok(())
+    Ok((p, f, s))
 }
 
 fn main() {
@@ -342,6 +430,7 @@ fn real_main(cli: Cli) -> Result<()> {
             no_host,
             timeout,
             filter,
+            boots,
             inject,
         } => {
             if !no_host {
@@ -352,10 +441,11 @@ fn real_main(cli: Cli) -> Result<()> {
                 host_tests(&ctx)?;
             }
             let files = build_all(&ctx, &build)?;
-            vm_test(
+            vm_tests(
                 &ctx,
                 &files,
                 &vm,
+                &boots,
                 timeout,
                 filter.as_deref(),
                 inject.as_deref(),

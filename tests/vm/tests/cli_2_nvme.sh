@@ -5,7 +5,8 @@
 # memory (a udmabuf mapping is VM_PFNMAP: O_DIRECT gets EFAULT, explained); the host checks
 # the NVMe backing file. On the root-port topology the block layer refuses the P2P pages
 # (EREMOTEIO, or EINVAL from NVMe's DMA mapping) and p2pbuf must say that the drive and the
-# memory have no peer-to-peer path.
+# memory have no peer-to-peer path. With a Zen CPU the kernel allows the root-port path
+# through the host bridge (and the IOMMU): there it must work as on the switch.
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 DEV=/dev/nvme0n1
@@ -23,7 +24,7 @@ timeout 60 p2pbuf --json nvme write --dev $DEV --offset $OFF --len $LEN --from p
 rc=$?
 comment /tmp/w.json
 comment /tmp/w.err
-if [ "$P2PBUF_TOPOLOGY" = rootports ]; then
+if [ "$(p2p_fabric)" = refused ]; then
 	# No P2P path: refused, not bounced, and said so.
 	# EREMOTEIO where the queue takes no P2P pages; EINVAL (BLK_STS_INVAL) where NVMe takes
 	# them but its DMA mapping finds no path, as in Linux 7.2.

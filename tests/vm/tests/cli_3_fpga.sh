@@ -16,7 +16,7 @@ copy() {
 	timeout 120 p2pbuf fpga copy "$@" >/tmp/c.txt 2>&1
 	_rc=$?
 	comment /tmp/c.txt
-	if [ "$P2PBUF_TOPOLOGY" = rootports ] && [ $_rc -eq 1 ] && grep -q "errno 95" /tmp/c.txt &&
+	if [ "$(p2p_fabric)" = refused ] && [ $_rc -eq 1 ] && grep -q "errno 95" /tmp/c.txt &&
 		grep -q "no peer-to-peer path between the engine and the memory" /tmp/c.txt; then
 		ktap_ok "$_name: device memory refused on the root-port topology (EOPNOTSUPP), explained"
 	elif [ $_rc -eq 0 ] && grep -q '^OK' /tmp/c.txt && grep -q "src: .*map type $_sm" /tmp/c.txt &&
@@ -30,7 +30,10 @@ if [ ! -e /dev/p2pbuf-dma ]; then
 	for t in d2d d2s s2d json zero-len absent; do ktap_skip "$t" "no /dev/p2pbuf-dma (no edu device?)"; done
 	ktap_exit
 fi
-if [ "$P2PBUF_TOPOLOGY" = rootports ]; then DEVMAP="\(BUS_ADDR\|THRU_HOST_BRIDGE\)"; else DEVMAP=BUS_ADDR; fi
+case "$(p2p_fabric)" in
+hostbridge) DEVMAP=THRU_HOST_BRIDGE ;;
+*) DEVMAP=BUS_ADDR ;;
+esac
 copy "fpga copy device -> device memory, 12345 bytes, offsets 7 -> 4093" "$DEVMAP" "$DEVMAP" \
 	--src p2pbuf --dst p2pbuf --len 12345 --src-offset 7 --dst-offset 4093
 copy "fpga copy device -> system memory (udmabuf), 8 KiB" "$DEVMAP" HOST_MEMORY \
@@ -38,7 +41,7 @@ copy "fpga copy device -> system memory (udmabuf), 8 KiB" "$DEVMAP" HOST_MEMORY 
 copy "fpga copy system -> device memory, 5000 bytes at offset 1" HOST_MEMORY "$DEVMAP" \
 	--src udmabuf --dst p2pbuf --len 5000 --dst-offset 1
 
-if [ "$P2PBUF_TOPOLOGY" = rootports ]; then
+if [ "$(p2p_fabric)" = refused ]; then
 	# No P2P path to device memory here: system memory to system memory instead.
 	timeout 120 p2pbuf --json fpga copy --src udmabuf --dst udmabuf --len 4k >/tmp/c.json 2>&1
 	rc=$?

@@ -3,7 +3,7 @@
 # The VM has the devices of the lab, where the topology says they are: behind one PCIe switch
 # (P2P through the switch), or each on its own root port.
 . /p2pbuf/lib.sh
-ktap_plan 6
+ktap_plan 8
 paths=""
 for dev in GPU NVME EDU NIC; do
 	eval id=\$${dev}_ID
@@ -36,4 +36,20 @@ start=$(echo "$bar2" | cut -d' ' -f1)
 end=$(echo "$bar2" | cut -d' ' -f2)
 size=$(( (end - start + 1) >> 20 ))
 ktap_check "GPU memory BAR2 is ${size} MiB" test "$size" -ge 16
+# The CPU the p2pdma host-bridge whitelist looks at, and the IOMMU: with one, every device has
+# an IOMMU group and peer-to-peer through the host bridge is mapped by it.
+cpu="$(sed -n 's/^vendor_id[[:space:]]*: //p' /proc/cpuinfo | head -1) family $(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+case "$P2PBUF_SUITE" in
+rootports-zen-iommu) want_zen=yes want_iommu=1 ;;
+*) want_zen=no want_iommu=0 ;;
+esac
+if cpu_is_zen; then zen=yes; else zen=no; fi
+ktap_check "CPU $cpu: Zen for the host-bridge whitelist: $zen (boot ${P2PBUF_SUITE:-main} wants $want_zen)" test "$zen" = "$want_zen"
+grp=0
+for p in $paths; do [ -e "$p/iommu_group" ] && grp=$((grp + 1)); done
+if [ "$want_iommu" = 1 ]; then
+	ktap_check "IOMMU on: $grp of 4 devices have an IOMMU group" test "$grp" -eq 4
+else
+	ktap_check "no IOMMU: $grp devices have an IOMMU group" test "$grp" -eq 0
+fi
 ktap_exit
