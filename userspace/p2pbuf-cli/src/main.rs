@@ -2,7 +2,8 @@
 //!
 //! Exit status: 0 on success, 1 on an error, 69 (`EX_UNAVAILABLE`) when
 //! the machine lacks what was asked for (no GPU, no driver support, no
-//! RDMA device, no /dev/udmabuf), 2 for usage errors.
+//! RDMA device, no /dev/udmabuf), 2 for usage errors (including an invalid
+//! surface description).
 
 mod rdma;
 mod target;
@@ -77,9 +78,25 @@ enum Cmd {
         /// The exporter.
         #[arg(long, value_enum, default_value = "udmabuf")]
         kind: AllocKind,
-        /// Bytes (rounded up to the page size): 4096, 2M, 64MiB.
-        #[arg(long, value_parser = target::parse_size)]
-        size: usize,
+        /// Bytes (rounded up to the page size): 4096, 2M, 64MiB. With --surface: at least
+        /// the surface's size (default: exactly that).
+        #[arg(long, value_parser = target::parse_size, required_unless_present = "surface")]
+        size: Option<usize>,
+        /// A 2D surface WIDTHxHEIGHT (e.g. 1920x1080): the size is computed from it, and the
+        /// description is stored as the dma-buf's name, visible to every process holding it.
+        #[arg(long, value_parser = parse_dims)]
+        surface: Option<(u32, u32)>,
+        /// The surface's DRM format: a fourcc code (XR24, AR24, RG24, NV12, YU12, YUYV, R8...)
+        /// or a name (XRGB8888).
+        #[arg(long, requires = "surface", default_value = "XR24", value_parser = parse_format)]
+        format: p2pbuf::surface::DrmFourcc,
+        /// The surface's DRM format modifier: LINEAR, I915_X_TILED, I915_Y_TILED.
+        #[arg(long, requires = "surface", default_value = "LINEAR", value_parser = parse_modifier)]
+        modifier: p2pbuf::surface::DrmModifier,
+        /// The surface's stride (bytes per row of plane 0); default: a row's bytes rounded up
+        /// to 64 (linear) or to the tile width.
+        #[arg(long, requires = "surface")]
+        stride: Option<u32>,
         /// Fill it with this byte through its mmap (0-255 or 0x00-0xff).
         #[arg(long, value_parser = target::parse_byte)]
         fill: Option<u8>,
@@ -171,6 +188,8 @@ fn main() {
         eprintln!("p2pbuf: error: {e}");
         std::process::exit(if e.is_unavailable() {
             EX_UNAVAILABLE
+        } else if matches!(e, Error::Invalid { .. }) {
+            2
         } else {
             1
         });
@@ -194,11 +213,37 @@ fn run(cli: Cli) -> p2pbuf::Result<()> {
         Cmd::Alloc {
             kind,
             size,
+            surface,
+            format,
+            modifier,
+            stride,
             fill,
             send,
             wait,
             hold,
-        } => alloc(kind, size, fill, send.as_deref(), wait, hold, cli.json),
+        } => {
+            let surface = surface
+                .map(|(width, height)| {
+                    p2pbuf::surface::Surface::new(p2pbuf::surface::SurfaceSpec {
+                        width,
+                        height,
+                        format,
+                        modifier,
+                        stride,
+                    })
+                })
+                .transpose()?;
+            alloc(
+                kind,
+                size,
+                surface.as_ref(),
+                fill,
+                send.as_deref(),
+                wait,
+                hold,
+                cli.json,
+            )
+        }
         Cmd::Rdma(c) => rdma::run(c, cli.json),
         Cmd::Cuda(c) => cuda(c, cli.json),
         Cmd::Nvme(c) => xfer::nvme(c, cli.json),
@@ -206,22 +251,75 @@ fn run(cli: Cli) -> p2pbuf::Result<()> {
     }
 }
 
+fn parse_dims(s: &str) -> Result<(u32, u32), String> {
+    p2pbuf::surface::parse_dims(s).map_err(|e| e.to_string())
+}
+
+fn parse_format(s: &str) -> Result<p2pbuf::surface::DrmFourcc, String> {
+    p2pbuf::surface::parse_format(s).map_err(|e| e.to_string())
+}
+
+fn parse_modifier(s: &str) -> Result<p2pbuf::surface::DrmModifier, String> {
+    p2pbuf::surface::parse_modifier(s).map_err(|e| e.to_string())
+}
+
+/// The bytes to allocate: `--size`, or the surface's size; both: the size must hold the
+/// surface.
+fn alloc_size(
+    size: Option<usize>,
+    surface: Option<&p2pbuf::surface::Surface>,
+) -> p2pbuf::Result<u64> {
+    match (size, surface) {
+        (Some(n), Some(s)) if (n as u64) < s.size => Err(Error::Invalid {
+            what: format!("allocating {n} bytes for surface {}", s.name()),
+            detail: format!("the surface needs {} bytes", s.size),
+            check: Some(format!(
+                "leave --size out, or give --size {} or more",
+                s.size
+            )),
+        }),
+        (Some(n), _) => Ok(n as u64),
+        (None, Some(s)) => Ok(s.size),
+        (None, None) => Err(Error::Invalid {
+            what: "alloc".into(),
+            detail: "neither --size nor --surface given".into(),
+            check: None,
+        }),
+    }
+}
+
+/// The surface a buffer's name describes, for JSON: its layout, `{"error": ...}` for a
+/// malformed description, null for none.
+fn surface_json(i: &DmaBufInfo) -> serde_json::Value {
+    match i.surface() {
+        Some(Ok(s)) => serde_json::to_value(s.summary()).unwrap_or_default(),
+        Some(Err(e)) => json!({ "error": e.to_string() }),
+        None => serde_json::Value::Null,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn alloc(
     kind: AllocKind,
-    size: usize,
+    size: Option<usize>,
+    surface: Option<&p2pbuf::surface::Surface>,
     fill: Option<u8>,
     send: Option<&Path>,
     wait: u64,
     hold: u64,
     json: bool,
 ) -> p2pbuf::Result<()> {
-    let (buf, offset) = match kind {
-        AllocKind::Udmabuf => (p2pbuf::udmabuf::alloc(size as u64)?, None),
+    let size = alloc_size(size, surface)?;
+    let (mut buf, offset) = match kind {
+        AllocKind::Udmabuf => (p2pbuf::udmabuf::alloc(size)?, None),
         AllocKind::P2pbuf => {
-            let a = p2pbuf::exporter::alloc(size as u64)?;
+            let a = p2pbuf::exporter::alloc(size)?;
             (a.buf, Some((a.provider, a.offset)))
         }
     };
+    if let Some(s) = surface {
+        buf.set_name(&s.name())?;
+    }
     if let Some(b) = fill {
         let mut m = buf.map(Access::ReadWrite)?;
         let mut w = m.write()?;
@@ -258,6 +356,7 @@ fn alloc(
                 "fd": buf.as_raw_fd(),
                 "pid": std::process::id(),
                 "info": buf.info(),
+                "surface": surface_json(buf.info()),
                 "provider": offset.map(|o| o.0),
                 "bar_offset": offset.map(|o| o.1),
                 "fill": fill,
@@ -281,6 +380,11 @@ fn print_info(title: &str, fd: Option<i32>, i: &DmaBufInfo) {
     println!("  size:     {}", human_size(i.size));
     if let Some(n) = &i.name {
         println!("  name:     {n}");
+    }
+    match i.surface() {
+        Some(Ok(s)) => println!("  surface:  {s}"),
+        Some(Err(e)) => println!("  surface:  the name is not a valid description: {e}"),
+        None => {}
     }
     if let Some(ino) = i.ino {
         println!("  inode:    {ino}");
@@ -311,7 +415,7 @@ fn info(target: &Target, json: bool) -> p2pbuf::Result<()> {
     if json {
         println!(
             "{}",
-            json!({ "target": target.to_string(), "fd": fd, "pid": std::process::id(), "info": r.info() })
+            json!({ "target": target.to_string(), "fd": fd, "pid": std::process::id(), "info": r.info(), "surface": surface_json(r.info()) })
         );
     } else {
         print_info(&format!("dma-buf: {target}"), fd, r.info());
@@ -524,6 +628,7 @@ fn recv(socket: &Path, mmap: bool, rdma: bool, hold: u64, json: bool) -> p2pbuf:
                     "header": got.header,
                     "fdinfo_path": format!("/proc/{}/fdinfo/{}", std::process::id(), got.buf.as_raw_fd()),
                     "info": i,
+                    "surface": surface_json(i),
                     "mmap": mm,
                     "rdma": rd,
                 })

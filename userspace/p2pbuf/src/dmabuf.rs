@@ -110,6 +110,46 @@ impl DmaBuf {
         self.fd
     }
 
+    /// Name the buffer (`DMA_BUF_SET_NAME`): every process holding it sees the name in its
+    /// fdinfo (`name:`). At most 31 bytes, no NUL. Refreshes [`DmaBuf::info`].
+    pub fn set_name(&mut self, name: &str) -> Result<()> {
+        let what = format!(
+            "naming dma-buf fd {} {name:?} (DMA_BUF_SET_NAME)",
+            self.fd.as_raw_fd()
+        );
+        if name.len() > crate::surface::NAME_MAX {
+            return Err(Error::Invalid {
+                what,
+                detail: format!(
+                    "{} bytes; a dma-buf name has at most {} (DMA_BUF_NAME_LEN 32 with the NUL)",
+                    name.len(),
+                    crate::surface::NAME_MAX
+                ),
+                check: None,
+            });
+        }
+        let c = std::ffi::CString::new(name).map_err(|_| Error::Invalid {
+            what: what.clone(),
+            detail: "the name contains a NUL byte".into(),
+            check: None,
+        })?;
+        sys::dma_buf_set_name(self.fd.as_fd(), &c).map_err(|e| {
+            Error::os_check(
+                what,
+                e,
+                "EBUSY on kernels before 5.15 while the buffer is attached: name it before attaching",
+            )
+        })?;
+        self.refresh_info()?;
+        Ok(())
+    }
+
+    /// The surface this buffer's name describes, if it carries one (see
+    /// [`crate::surface`]).
+    pub fn surface(&self) -> Option<Result<crate::surface::Surface>> {
+        self.info.surface()
+    }
+
     /// Map the whole buffer for CPU access. See [`CpuMapping`].
     pub fn map(&self, access: Access) -> Result<CpuMapping<'_>> {
         CpuMapping::new(self, access)

@@ -86,6 +86,17 @@ pub enum Error {
         check: Option<String>,
     },
 
+    /// An argument is invalid (e.g. a surface description): nothing was asked of the kernel.
+    #[error("{what}: {detail}{}", check_suffix(.check))]
+    Invalid {
+        /// What was asked.
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+        /// What to do instead.
+        check: Option<String>,
+    },
+
     /// The CUDA driver API returned an error.
     #[error("{what}: CUDA driver error {code} ({name}: {description}){}", check_suffix(.check))]
     Cuda {
@@ -119,6 +130,7 @@ impl Error {
             | Error::NotDmaBuf { check, .. }
             | Error::Io { check, .. }
             | Error::Unavailable { check, .. }
+            | Error::Invalid { check, .. }
             | Error::Cuda { check, .. } => check.as_deref(),
             _ => None,
         }

@@ -52,6 +52,15 @@ pub struct DmaBufInfo {
 }
 
 impl DmaBufInfo {
+    /// The surface described by the buffer's name (`name:`), if the name is a surface
+    /// description (see [`crate::surface`]); `Some(Err)` when it looks like one but is not
+    /// valid.
+    pub fn surface(&self) -> Option<Result<crate::surface::Surface>> {
+        self.name
+            .as_deref()
+            .and_then(crate::surface::Surface::from_name)
+    }
+
     /// Parse fdinfo text. `source_name` names where it came from, for
     /// error messages.
     pub fn parse(text: &str, source_name: &str) -> Result<Self> {
@@ -230,6 +239,32 @@ mod tests {
         assert_eq!(i.name.as_deref(), Some("frame 0"));
         assert_eq!(i.writable(), Some(false));
         assert_eq!(i.other.get("future_field").map(String::as_str), Some("x y"));
+    }
+
+    #[test]
+    fn surface_from_the_name() {
+        let t = "size:\t8388608\nexp_name:\tp2pbuf\nname:\ts:1920x1080.XR24.7680.L\n";
+        let s = DmaBufInfo::parse(t, "t")
+            .unwrap()
+            .surface()
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.width, s.height, s.size), (1920, 1080, 8294400));
+        let t = "size:\t4096\nexp_name:\tudmabuf\nname:\tframe 0\n";
+        assert!(DmaBufInfo::parse(t, "t").unwrap().surface().is_none());
+        let t = "size:\t4096\nexp_name:\tudmabuf\nname:\ts:1x1.XR24.2.L\n";
+        let e = DmaBufInfo::parse(t, "t")
+            .unwrap()
+            .surface()
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("stride 2 is less than a row's 4 bytes"),
+            "{e}"
+        );
+        let t = "size:\t4096\nexp_name:\tudmabuf\n";
+        assert!(DmaBufInfo::parse(t, "t").unwrap().surface().is_none());
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //!   when the mapping is device memory).
 //! - [`rdma`]: finding RDMA devices (sysfs). Registration, rdma_cm and
 //!   RDMA WRITE/READ are in the `p2pbuf-rdma` crate.
+//! - [`surface`]: 2D surfaces (width, height, DRM fourcc and modifier, stride): layout,
+//!   validation, and a compact form stored as the dma-buf's name (`DMA_BUF_SET_NAME`).
 //! - `cuda` (feature `cuda`): CUDA device memory exported as a dma-buf.
 //!
 //! All `unsafe` code is in one private module (`sys`); errors ([`Error`])
@@ -34,6 +36,7 @@ pub mod fdpass;
 pub mod importer;
 pub mod nvme;
 pub mod rdma;
+pub mod surface;
 pub mod udmabuf;
 
 mod dmabuf;

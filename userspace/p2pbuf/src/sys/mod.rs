@@ -11,6 +11,7 @@
 //! - `struct udmabuf_create` and `UDMABUF_FLAGS_CLOEXEC`:
 //!   `include/uapi/linux/udmabuf.h`.
 //! - `DMA_BUF_MAGIC`: `include/uapi/linux/magic.h`.
+//! - `DMA_BUF_SET_NAME`: `include/uapi/linux/dma-buf.h` (its argument is the string).
 //!
 //! The request numbers (`DMA_BUF_IOCTL_SYNC`, `UDMABUF_CREATE`) come from
 //! `linux-raw-sys`, which generates them from those headers. `linux-raw-sys`
@@ -91,6 +92,26 @@ pub(crate) fn dma_buf_sync(fd: BorrowedFd<'_>, flags: u64) -> Result<(), Errno> 
             Err(Errno::INTR) | Err(Errno::AGAIN) => continue,
             other => return other,
         }
+    }
+}
+
+/// `DMA_BUF_SET_NAME` (`_IOW('b', 1, const char *)`), generated from the header by
+/// linux-raw-sys; the argument is the pointer to the name itself.
+const DMA_BUF_SET_NAME: Opcode = linux_raw_sys::ioctl::DMA_BUF_SET_NAME_B as Opcode;
+const _: () = assert!(opcode::write::<u64>(b'b', 1) == DMA_BUF_SET_NAME);
+
+/// `ioctl(fd, DMA_BUF_SET_NAME, name)`: the kernel copies at most `DMA_BUF_NAME_LEN` (32)
+/// bytes of the NUL-terminated string (EINVAL when it has no NUL within them).
+pub(crate) fn dma_buf_set_name(fd: BorrowedFd<'_>, name: &std::ffi::CStr) -> Result<(), Errno> {
+    // SAFETY: DMA_BUF_SET_NAME takes a pointer to a NUL-terminated string that the kernel
+    // only reads (strndup_user) during the call; `name` is one and outlives the call.
+    unsafe {
+        rustix::ioctl::ioctl(
+            fd,
+            rustix::ioctl::IntegerSetter::<DMA_BUF_SET_NAME>::new_pointer(
+                name.as_ptr() as *mut c_void
+            ),
+        )
     }
 }
 
