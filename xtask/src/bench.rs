@@ -426,7 +426,7 @@ fn human(size: u64) -> String {
     for (shift, u) in units {
         if size >= 1 << shift {
             let v = size as f64 / (1u64 << shift) as f64;
-            return if size % (1 << shift) == 0 {
+            return if size & ((1 << shift) - 1) == 0 {
                 format!("{} {u}", size >> shift)
             } else {
                 format!("{v:.1} {u}")
@@ -664,7 +664,10 @@ pub fn svg(b: &Bench) -> String {
         let (y0, y1) = if all.is_empty() {
             (0.0, 1.0)
         } else if log {
-            (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0))
+            (
+                lo.log10().floor(),
+                hi.log10().ceil().max(lo.log10().floor() + 1.0),
+            )
         } else {
             (lo.min(0.0), if hi > lo.min(0.0) { hi * 1.08 } else { 1.0 })
         };
@@ -833,19 +836,18 @@ pub fn summary_lines(benches: &[Bench]) -> Vec<String> {
         }
         for m in &b.metrics {
             for k in b.compared() {
-                let rs: Vec<String> = b
-                    .xs
-                    .iter()
-                    .filter_map(|x| {
-                        b.ratio(k, x, &m.name).map(|r| {
-                            if b.x_key.is_some() {
-                                format!("{} {}", b.x_label(x), num(r))
-                            } else {
-                                num(r)
-                            }
+                let rs: Vec<String> =
+                    b.xs.iter()
+                        .filter_map(|x| {
+                            b.ratio(k, x, &m.name).map(|r| {
+                                if b.x_key.is_some() {
+                                    format!("{} {}", b.x_label(x), num(r))
+                                } else {
+                                    num(r)
+                                }
+                            })
                         })
-                    })
-                    .collect();
+                        .collect();
                 if rs.is_empty() {
                     continue;
                 }
@@ -867,7 +869,7 @@ pub fn index(benches: &[Bench], progs: &[Program], when: &str, reps: u32) -> Str
     let mut md = format!(
         "# Benchmark results\n\n`cargo xtask bench`, {when}, {reps} repetitions per point, one VM \
          run (QEMU TCG: the numbers compare paths measured side by side, they are not hardware \
-         speeds). Method and protocol: [docs/bench.md](../docs/bench.md). Raw lines: \
+         speeds). Method and protocol: `docs/bench.md` in the repository. Raw lines: \
          [raw.txt](raw.txt).\n\n## Benchmarks\n\n\
          | bench | what | baseline | compared | metrics | table | plot |\n|---|---|---|---|---|---|---|\n"
     );
@@ -1063,7 +1065,10 @@ mod tests {
     #[test]
     fn stats_are_quartiles_and_extremes() {
         let s = Stats::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
-        assert_eq!((s.n, s.min, s.q1, s.median, s.q3, s.max), (5, 1.0, 2.0, 3.0, 4.0, 5.0));
+        assert_eq!(
+            (s.n, s.min, s.q1, s.median, s.q3, s.max),
+            (5, 1.0, 2.0, 3.0, 4.0, 5.0)
+        );
         let s = Stats::of(&[4.0, 1.0, 2.0, 3.0]).unwrap();
         assert_eq!((s.q1, s.median, s.q3), (1.75, 2.5, 3.25));
         assert_eq!(Stats::of(&[]), None);
@@ -1102,12 +1107,21 @@ mod tests {
             md.contains("| 64 KiB |") || md.contains("| 65536 |"),
             "len is not a size key: {md}"
         );
-        assert!(md.contains("| 65536 | 20 [15–25] (10–30) | 40 [40–40] (40–40) | 0.500 (2.0x better) |"), "{md}");
+        assert!(
+            md.contains(
+                "| 65536 | 20 [15–25] (10–30) | 40 [40–40] (40–40) | 0.500 (2.0x better) |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("| 3 (3.0x better) |"), "{md}");
         assert!(md.contains("| 4096 | – |"), "{md}");
         let svg = svg(b);
         assert!(svg.contains("stroke-dasharray"), "baseline dashed");
-        assert_eq!(svg.matches("<polyline").count(), 2, "one line per kind with 2 points: host");
+        assert_eq!(
+            svg.matches("<polyline").count(),
+            2,
+            "one line per kind with 2 points: host"
+        );
         let sum = summary_lines(std::slice::from_ref(b));
         assert_eq!(
             sum,
@@ -1134,9 +1148,20 @@ mod tests {
         assert_eq!(b.metrics[0].unit, "us");
         assert_eq!(b.metrics[2].name, "ranges");
         let md = markdown(b);
-        assert!(md.contains("| size | p2pbuf | udmabuf (baseline) | p2pbuf / udmabuf |"), "{md}");
-        assert!(md.contains("| 1 MiB | 20 [20–20] (20–20) n=1 | 40 [40–40] (40–40) n=1 | 0.500 (2.0x better) |"), "{md}");
-        assert!(md.contains("| 4 KiB | 1 [1–1] (1–1) n=1 | 1 [1–1] (1–1) n=1 | 1 (same) |"), "{md}");
+        assert!(
+            md.contains("| size | p2pbuf | udmabuf (baseline) | p2pbuf / udmabuf |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| 1 MiB | 20 [20–20] (20–20) n=1 | 40 [40–40] (40–40) n=1 | 0.500 (2.0x better) |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 4 KiB | 1 [1–1] (1–1) n=1 | 1 [1–1] (1–1) n=1 | 1 (same) |"),
+            "{md}"
+        );
         assert!(md.contains("no BENCHINFO: inferred"));
     }
 
@@ -1150,7 +1175,10 @@ mod tests {
         assert_eq!(b[0].x_key, None);
         assert_eq!(b[0].xs, vec!["-"]);
         assert_eq!(b[0].ratio("slow", "-", "lat_us"), Some(4.0));
-        assert_eq!(summary_lines(&b), vec!["t lat_us: slow/fast = 4 (lower is better)"]);
+        assert_eq!(
+            summary_lines(&b),
+            vec!["t lat_us: slow/fast = 4 (lower is better)"]
+        );
     }
 
     #[test]
@@ -1184,7 +1212,10 @@ mod tests {
             "BENCH a kind=a rep=0 t_us=1",
             "BENCH z kind=a mode=read rep=0 t_us=1",
         ]);
-        assert_eq!(b.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), vec!["z", "a"]);
+        assert_eq!(
+            b.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+            vec!["z", "a"]
+        );
         assert_eq!(b[0].xs, vec!["write", "read"], "first-seen order for text");
     }
 
@@ -1231,7 +1262,12 @@ mod tests {
                 },
             ]
         );
-        let idx = index(&benches(&["BENCH x kind=a rep=0 t=1"]), &programs(&lines), "now", 3);
+        let idx = index(
+            &benches(&["BENCH x kind=a rep=0 t=1"]),
+            &programs(&lines),
+            "now",
+            3,
+        );
         assert!(idx.contains("| rdma.sh | 1 (failed"), "{idx}");
         assert!(idx.contains("| nvme | did not finish |"), "{idx}");
         assert!(idx.contains("[x.md](x.md)"), "{idx}");

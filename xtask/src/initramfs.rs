@@ -22,6 +22,8 @@ const TOOLS: &[&str] = &[
     "/usr/bin/ib_write_lat",
     "/usr/bin/ib_read_bw",
     "/usr/bin/ib_send_bw",
+    // The in-VM CLI tests parse --json output with it.
+    "/usr/bin/jq",
 ];
 
 /// Utilities from the project's rdma-core build.
@@ -45,6 +47,9 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
     for (pkg, _) in USERSPACE_BINS {
         cargo.args(["-p", pkg]);
     }
+    // The CUDA path too: libcuda is loaded at run time, so the guest (no GPU, no driver)
+    // exercises the "no NVIDIA driver" answer of `p2pbuf cuda`, not a build without it.
+    cargo.args(["--features", "p2pbuf-cli/cuda"]);
     ctx.cargo_env(&mut cargo);
     run_step(
         ctx,

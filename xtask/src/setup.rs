@@ -41,6 +41,7 @@ pub const DEB_PACKAGES: &[&str] = &[
     "libibverbs-dev",
     "librdmacm-dev",
     "perftest",
+    "jq",
 ];
 
 /// The pinned kernel: Debian's `linux-source-7.2` at this version; any other 7.2.y the archive
