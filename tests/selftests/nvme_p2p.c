@@ -8,10 +8,16 @@
  * a Zen CPU, with the kernel naming the bridges in its log).
  *
  * Host-side half: "# hostcheck target=nvme|gpu offset=X len=N seed=S" lines; xtask checks the
- * NVMe backing file and the ivshmem backing file.
+ * NVMe backing file and the ivshmem backing file. And the proof that the drive moved the data
+ * peer-to-peer: "# hostcheck target=nvmedma ..." lines make xtask read QEMU's trace of the
+ * NVMe controller (pci_nvme_read/_write and the data addresses of each, pci_nvme_map_addr)
+ * and check that every address it was given for the transfer lies inside the exporter's
+ * buffer in the ivshmem BAR, and, as a control, that a host-memory transfer's lie outside
+ * the BAR.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +31,9 @@
 
 #define LEN (4UL << 20)
 #define NVME_OFF (8UL << 20)
+/* The host-memory control's drive region. */
+#define CTL_OFF (16UL << 20)
+#define CTL_LEN (1UL << 20)
 
 static uint8_t pat(size_t i, unsigned int seed)
 {
@@ -53,6 +62,55 @@ static const char *topology(void)
 	}
 	fclose(f);
 	return strstr(buf, "p2pbuf.topology=rootports") ? "rootports" : "switch";
+}
+
+/* Start and end (exclusive) of the provider's BAR, from sysfs; 0 when unknown. */
+static int provider_bar(int dev, unsigned long long *lo, unsigned long long *hi)
+{
+	struct p2pbuf_provider_info p = { .size = sizeof(p) };
+	unsigned long long s, e, fl;
+	char path[PATH_MAX], line[256];
+	FILE *f;
+	__u32 i;
+
+	*lo = *hi = 0;
+	if (ioctl(dev, P2PBUF_IOCTL_PROVIDER_INFO, &p))
+		return -errno;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", p.pci_name);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	for (i = 0; i <= p.bar; i++)
+		if (!fgets(line, sizeof(line), f)) {
+			fclose(f);
+			return -EIO;
+		}
+	fclose(f);
+	if (sscanf(line, "%llx %llx %llx", &s, &e, &fl) != 3 || !s)
+		return -EIO;
+	*lo = s;
+	*hi = e + 1;
+	return 0;
+}
+
+/*
+ * Whether the drive sees the BAR at its CPU physical address: no IOMMU translating its DMA
+ * (with one, a THRU_HOST_BRIDGE mapping hands it IOVAs), and x86, where bus addresses are
+ * CPU physical addresses.
+ */
+static int bus_addr_is_phys(void)
+{
+	const char *iommu = getenv("P2PBUF_IOMMU");
+
+	return !iommu || strcmp(iommu, "1");
+}
+
+static void dma_check(const char *op, unsigned long off, unsigned long len, const char *expect,
+		      unsigned long long lo, unsigned long long hi)
+{
+	printf("# hostcheck target=nvmedma op=%s offset=%lu len=%lu expect=%s lo=%#llx hi=%#llx\n",
+	       op, off, len, expect, lo, hi);
+	fflush(stdout);
 }
 
 FIXTURE(nvme)
@@ -87,6 +145,7 @@ TEST_F(nvme, device_memory_round_trip)
 	int fa, fb;
 
 	struct p2pbuf_provider_info p = { .size = sizeof(p) };
+	unsigned long long lo, hi;
 	__u64 spacer_off;
 	int spacer;
 
@@ -126,11 +185,45 @@ TEST_F(nvme, device_memory_round_trip)
 	printf("# hostcheck target=gpu offset=%llu len=%lu seed=%u\n", (unsigned long long)off_b,
 	       LEN, seed);
 	fflush(stdout);
+	/* The drive's own view: it was handed the buffers' BAR addresses, nothing else. */
+	if (!provider_bar(self->dev, &lo, &hi) && bus_addr_is_phys()) {
+		TH_LOG("BAR %#llx-%#llx: wrote from +%#llx, read into +%#llx", lo, hi - 1,
+		       (unsigned long long)off_a, (unsigned long long)off_b);
+		dma_check("write", NVME_OFF, LEN, "p2p", lo + off_a, lo + off_a + LEN);
+		dma_check("read", NVME_OFF, LEN, "p2p", lo + off_b, lo + off_b + LEN);
+	}
 out:
 	munmap(a, LEN);
 	munmap(b, LEN);
 	close(fa);
 	close(fb);
+}
+
+/*
+ * The control for the trace check: the same O_DIRECT transfers through host memory reach the
+ * drive as addresses outside the device memory's BAR. (If the check could not tell the two
+ * apart, this would fail together with the peer-to-peer one passing.)
+ */
+TEST_F(nvme, host_memory_control)
+{
+	unsigned int seed = ((unsigned int)getpid() & 0x7f) + 9;
+	unsigned long long lo, hi;
+	uint8_t *h;
+	size_t i;
+
+	ASSERT_EQ(0, provider_bar(self->dev, &lo, &hi));
+	ASSERT_EQ(0, posix_memalign((void **)&h, 4096, CTL_LEN));
+	for (i = 0; i < CTL_LEN; i++)
+		h[i] = pat(i, seed);
+	ASSERT_EQ((ssize_t)CTL_LEN, pwrite(self->nvme, h, CTL_LEN, CTL_OFF));
+	memset(h, 0, CTL_LEN);
+	ASSERT_EQ((ssize_t)CTL_LEN, pread(self->nvme, h, CTL_LEN, CTL_OFF));
+	for (i = 0; i < CTL_LEN; i++)
+		ASSERT_EQ(pat(i, seed), h[i]) TH_LOG("byte %zu", i);
+	dma_check("write", CTL_OFF, CTL_LEN, "host", lo, hi);
+	dma_check("read", CTL_OFF, CTL_LEN, "host", lo, hi);
+	printf("# hostcheck target=nvme offset=%lu len=%lu seed=%u\n", CTL_OFF, CTL_LEN, seed);
+	free(h);
 }
 
 /* Unaligned O_DIRECT is refused by the block layer, as for host memory. */

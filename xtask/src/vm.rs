@@ -47,6 +47,11 @@ pub struct VmConfig {
     pub kvm: bool,
     pub cpu: String,
     pub smp: u32,
+    /// Run the guest with `-icount shift=auto,sleep=off`: its clock follows the instructions
+    /// it executes and jumps to the next timer while every vCPU is idle, so waiting for a
+    /// device timer costs no wall time (the edu engine finishes each transfer 100 ms of
+    /// virtual time after it starts). icount makes TCG single-threaded.
+    pub icount: bool,
     pub mem_mib: u32,
     pub gpu_mem_mib: u64,
     pub nvme_mib: u64,
@@ -64,6 +69,7 @@ impl Default for VmConfig {
             kvm: false,
             cpu: "max".into(),
             smp: 2,
+            icount: false,
             mem_mib: 2048,
             gpu_mem_mib: 1024,
             nvme_mib: 512,
@@ -83,6 +89,9 @@ pub struct VmFiles {
     pub nvme: PathBuf,
     /// Second serial port: the in-VM suite writes KTAP here.
     pub results: PathBuf,
+    /// QEMU's trace of the NVMe controller's data addresses (test mode only): the host checks
+    /// that peer-to-peer transfers reached the drive as BAR addresses (hostcheck.rs).
+    pub nvme_trace: PathBuf,
 }
 
 impl VmFiles {
@@ -94,6 +103,7 @@ impl VmFiles {
             gpu_mem: d.join(format!("{node}gpu-mem.bin")),
             nvme: d.join(format!("{node}nvme.img")),
             results: d.join(format!("{node}results.ktap")),
+            nvme_trace: d.join(format!("{node}nvme-trace.log")),
         }
     }
 
@@ -114,6 +124,7 @@ impl VmFiles {
             f.set_len(mib << 20)?;
         }
         fs::write(&self.results, "")?;
+        let _ = fs::remove_file(&self.nvme_trace);
         Ok(())
     }
 }
@@ -139,6 +150,8 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
     ]);
     if cfg.kvm {
         push(&["-accel", "kvm", "-cpu", "host"]);
+    } else if cfg.icount {
+        push(&["-accel", "tcg", "-icount", "shift=auto,sleep=off", "-cpu", &cfg.cpu]);
     } else {
         push(&["-accel", "tcg,thread=multi", "-cpu", &cfg.cpu]);
     }
@@ -178,6 +191,18 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         push(&["-monitor", "none", "-serial", "stdio"]);
     }
     push(&["-serial", &format!("file:{}", p(&files.results))]);
+    if cfg.mode == Mode::Test {
+        // The NVMe controller's view of each read and write: the command (LBA, bytes) and
+        // every data address it was given (pci_nvme_map_addr, and _cmb for addresses in its
+        // own CMB). One line per 4 KiB page; only in test mode. Every -trace names the file:
+        // QEMU keeps the last one's (none: stderr).
+        for ev in ["pci_nvme_map_addr*", "pci_nvme_read", "pci_nvme_write"] {
+            push(&[
+                "-trace",
+                &format!("enable={ev},file={}", p(&files.nvme_trace)),
+            ]);
+        }
+    }
     if cfg.iommu {
         push(&["-device", "intel-iommu,intremap=on,caching-mode=on"]);
     }
@@ -257,6 +282,7 @@ mod tests {
             gpu_mem: "/c/gpu".into(),
             nvme: "/c/nvme".into(),
             results: "/c/res".into(),
+            nvme_trace: "/c/trace".into(),
         }
     }
 
@@ -287,6 +313,22 @@ mod tests {
         assert!(s.contains("share=on"));
         assert!(s.contains("-accel tcg"));
         assert!(!s.contains("intel-iommu"));
+        assert!(!s.contains("-icount"));
+        assert!(s.contains("-trace enable=pci_nvme_map_addr*,file=/c/trace"));
+    }
+
+    #[test]
+    fn icount_drops_multithreaded_tcg() {
+        let cfg = VmConfig {
+            icount: true,
+            mode: Mode::Bench,
+            ..Default::default()
+        };
+        let s = joined(&cfg);
+        assert!(s.contains("-accel tcg -icount shift=auto,sleep=off"));
+        assert!(!s.contains("thread=multi"));
+        // No trace outside test mode: benchmarks run untraced.
+        assert!(!s.contains("-trace"));
     }
 
     #[test]
