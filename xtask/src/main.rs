@@ -499,6 +499,9 @@ fn real_main(cli: Cli) -> Result<()> {
             }
             let files = build_all(&ctx, &build)?;
             let mut cfg = vm.config(Mode::Bench);
+            // tests/bench/rdma.sh pins 1 GiB of host memory (and touches 1 GiB more) for the
+            // registration benchmark.
+            cfg.mem_mib = cfg.mem_mib.max(4096);
             cfg.append.push(format!("p2pbuf.reps={reps}"));
             if let Some(f) = &filter {
                 cfg.append.push(format!("p2pbuf.bench={f}"));

@@ -14,6 +14,8 @@ use serde_json::json;
 
 use crate::target::{human_size, parse_size};
 
+mod bench;
+
 /// Default rdma_cm port (perftest's).
 pub const DEFAULT_PORT: u16 = 18515;
 
@@ -31,6 +33,10 @@ pub enum RdmaCmd {
     /// One registration attempt (no connection): prints the MR, or the error and errno.
     /// For checking what the provider and the kernel accept.
     Reg(RegArgs),
+    /// Benchmarks: registration time of ibv_reg_dmabuf_mr (p2pbuf device memory) vs
+    /// ibv_reg_mr (host memory), RDMA WRITE bandwidth and latency into a dma-buf MR vs a
+    /// host MR over the device's loopback; prints `cargo xtask bench`'s line protocol.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -96,6 +102,17 @@ pub struct ClientArgs {
     /// Post even past the end of the server's region (to see the HCA refuse it).
     #[arg(long)]
     unchecked: bool,
+    /// Write the lab pattern instead: byte i of the transfer is (i*13 + seed + (i>>12)) &
+    /// 0xff, what `cargo xtask test`'s host check looks for in the GPU memory's backing file.
+    #[arg(long)]
+    lab_pattern: bool,
+    /// Do the operation this many times over the same connection (the same bytes), printing
+    /// the count done after the 1st, 2nd, 4th, 8th, ...; the first failed completion ends it.
+    #[arg(long, default_value_t = 1)]
+    repeat: u64,
+    /// With --repeat: operations kept in flight (1 to 12).
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
     /// Seconds to wait for the connection.
     #[arg(long, default_value_t = 20)]
     timeout: u64,
@@ -308,6 +325,18 @@ impl Registered {
             RegMr::DmaBuf { .. } => "ibv_reg_dmabuf_mr",
         }
     }
+
+    /// `ibv_dereg_mr`, then free or close the memory.
+    fn dereg(self) -> p2pbuf::Result<()> {
+        match self.mr {
+            RegMr::Host(m) => m.dereg().map(drop),
+            RegMr::DmaBuf { mr, buf, .. } => {
+                mr.dereg()?;
+                drop(buf);
+                Ok(())
+            }
+        }
+    }
 }
 
 impl ServerMemory for Registered {
@@ -389,6 +418,7 @@ pub fn run(cmd: RdmaCmd, json: bool) -> p2pbuf::Result<()> {
         RdmaCmd::Write(a) => client(a, Op::Write, json),
         RdmaCmd::Read(a) => client(a, Op::Read, json),
         RdmaCmd::Reg(a) => reg(a, json),
+        RdmaCmd::Bench(a) => bench::run(a),
     }
 }
 
@@ -536,19 +566,33 @@ fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
             println!("{}", client_line(n, &out));
         }
     }
+    // The region may be gone (the exporter revoked it): say so, and still deregister.
     let mut sum = 0;
-    r.with_bytes(0, m.len, &mut |b| sum = session::checksum(b))?;
+    let unreadable = r
+        .with_bytes(0, m.len, &mut |b| sum = session::checksum(b))
+        .err()
+        .map(|e| e.to_string());
+    let region = match &unreadable {
+        None => format!("checksum of the whole region {sum:#018x}"),
+        Some(e) => format!("the region cannot be read any more: {e}"),
+    };
     if json {
         println!(
             "{}",
-            json!({ "event": "done", "verified": good, "failed": bad, "region_checksum": format!("{sum:#018x}") })
+            json!({ "event": "done", "verified": good, "failed": bad, "region_checksum": unreadable.is_none().then(|| format!("{sum:#018x}")), "region_error": unreadable })
         );
     } else {
-        println!(
-            "done: {good} client(s) verified, {bad} failed; checksum of the whole region {sum:#018x}"
-        );
+        println!("done: {good} client(s) verified, {bad} failed; {region}");
     }
-    if bad > 0 {
+    // Deregister here rather than on drop, so that a failure (e.g. after a revoke) shows.
+    let verb = r.verb();
+    r.dereg()?;
+    if json {
+        println!("{}", json!({ "event": "deregistered", "verb": verb }));
+    } else {
+        println!("deregistered the MR (ibv_dereg_mr) and closed the buffer");
+    }
+    if bad > 0 || unreadable.is_some() {
         return Err(Error::Protocol {
             what: "rdma serve".into(),
             detail: format!("{bad} client(s) failed"),
@@ -606,6 +650,14 @@ fn resolve(server: &str) -> p2pbuf::Result<SocketAddr> {
         })
 }
 
+/// `--repeat`'s progress lines: after operation 1, 2, 4, 8, ... (stdout is line-buffered, so
+/// a script sees them as they come).
+fn progress(n: u64) {
+    if n.is_power_of_two() {
+        println!("completed {n}");
+    }
+}
+
 fn client(a: ClientArgs, op: Op, json: bool) -> p2pbuf::Result<()> {
     let server = resolve(&a.server)?;
     if op == Op::Write && a.pattern.is_none() {
@@ -620,6 +672,10 @@ fn client(a: ClientArgs, op: Op, json: bool) -> p2pbuf::Result<()> {
         offset: a.offset as u64,
         len: a.size as u64,
         seed: a.pattern,
+        lab: a.lab_pattern,
+        repeat: a.repeat,
+        depth: a.depth,
+        progress: (a.repeat > 1).then_some(progress as fn(u64)),
         check_bounds: !a.unchecked,
         timeout: Duration::from_secs(a.timeout),
     })?;
@@ -638,13 +694,19 @@ fn client(a: ClientArgs, op: Op, json: bool) -> p2pbuf::Result<()> {
             h.rkey
         );
         println!(
-            "RDMA {} of {} at offset {}{}: {:.3} s, {:.1} MiB/s",
+            "RDMA {} of {} at offset {}{}{}: {:.3} s, {:.1} MiB/s",
             if op == Op::Write { "WRITE" } else { "READ" },
             human_size(rep.request.len),
             rep.request.offset,
-            rep.request
-                .seed
-                .map_or(String::new(), |s| format!(" (pattern seed {s})")),
+            rep.request.seed.map_or(String::new(), |s| format!(
+                " ({}pattern seed {s})",
+                if rep.request.lab { "lab " } else { "" }
+            )),
+            if rep.repeat > 1 {
+                format!(", {} times", rep.repeat)
+            } else {
+                String::new()
+            },
             rep.seconds,
             rep.mib_per_s
         );

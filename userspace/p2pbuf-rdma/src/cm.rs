@@ -32,6 +32,9 @@ const RECV_SLOTS: usize = 4;
 const RECV_WR_BASE: u64 = 1 << 32;
 /// Work requests larger than this are split.
 const MAX_WR_BYTES: u64 = 1 << 30;
+/// Most RDMA work requests [`Connection::rdma_many`] keeps in flight (the send queue has 16
+/// entries; messages need one).
+pub const MAX_DEPTH: usize = 12;
 
 /// A CM event, copied out of librdmacm and acknowledged.
 #[derive(Clone)]
@@ -851,6 +854,75 @@ impl Connection {
             let c = self.wait(&what, Duration::from_secs(120), |c| c.wr_id == id)?;
             self.check(what, c)?;
             done += n;
+        }
+        Ok(())
+    }
+
+    /// `count` RDMA WRITEs (or READs) of the same `len` bytes (at most 1 GiB) between
+    /// `local` (from `local_off`) and the peer's `remote_addr`/`rkey`, keeping up to `depth`
+    /// (1 to [`MAX_DEPTH`]) in flight. `on_done` is called with the number completed so far
+    /// after each completion. The first completion in error ends it: the error names its
+    /// status (e.g. `IBV_WC_REM_ACCESS_ERR`) and how many had completed before.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rdma_many(
+        &self,
+        op: Op,
+        local: &MrInfo,
+        local_off: u64,
+        len: u64,
+        remote_addr: u64,
+        rkey: u32,
+        count: u64,
+        depth: usize,
+        on_done: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        if len == 0
+            || len > MAX_WR_BYTES
+            || local_off.checked_add(len).is_none_or(|e| e > local.len)
+        {
+            return Err(Error::Protocol {
+                what: format!("RDMA {op:?} x{count}"),
+                detail: format!(
+                    "{len} bytes at local offset {local_off}: must be 1 byte to 1 GiB inside the local region of {} bytes",
+                    local.len
+                ),
+            });
+        }
+        let depth = depth.clamp(1, MAX_DEPTH) as u64;
+        let name = if op == Op::Write { "WRITE" } else { "READ" };
+        let (mut posted, mut done) = (0u64, 0u64);
+        let mut in_flight: VecDeque<u64> = VecDeque::new();
+        while done < count {
+            while posted < count && posted - done < depth {
+                let mut sge = ffi::ibv_sge {
+                    addr: local.addr + local_off,
+                    length: len as u32,
+                    lkey: local.lkey,
+                };
+                let mut wr = ffi::ibv_send_wr {
+                    sg_list: &mut sge,
+                    num_sge: 1,
+                    opcode: match op {
+                        Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                        Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                    },
+                    ..Default::default()
+                };
+                wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+                in_flight.push_back(self.post_send(&mut wr)?);
+                posted += 1;
+            }
+            let what = format!(
+                "RDMA {name} {} of {count} ({len} bytes at remote address {remote_addr:#x}, rkey {rkey:#x}; {done} completed before it)",
+                done + 1
+            );
+            let c = self.wait(&what, Duration::from_secs(120), |c| {
+                in_flight.contains(&c.wr_id)
+            })?;
+            in_flight.retain(|id| *id != c.wr_id);
+            self.check(what, c)?;
+            done += 1;
+            on_done(done);
         }
         Ok(())
     }

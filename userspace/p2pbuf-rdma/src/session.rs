@@ -152,6 +152,9 @@ pub struct Request {
     pub len: u64,
     /// Pattern seed to verify against.
     pub seed: Option<u64>,
+    /// With a seed: the lab pattern ([`lab_byte`], counted from the transfer's first byte)
+    /// instead of [`fill_pattern`]'s.
+    pub lab: bool,
     /// Checksum of the bytes on the client's side.
     pub checksum: u64,
 }
@@ -169,7 +172,13 @@ impl Request {
         let mut o = Vec::with_capacity(48);
         header(&mut o);
         o.extend_from_slice(&(if self.op == Op::Write { 1u32 } else { 2 }).to_le_bytes());
-        o.extend_from_slice(&(self.seed.is_some() as u32).to_le_bytes());
+        // 0: no seed, 1: fill_pattern's, 2: the lab pattern.
+        let kind: u32 = match (self.seed, self.lab) {
+            (None, _) => 0,
+            (Some(_), false) => 1,
+            (Some(_), true) => 2,
+        };
+        o.extend_from_slice(&kind.to_le_bytes());
         o.extend_from_slice(&self.offset.to_le_bytes());
         o.extend_from_slice(&self.len.to_le_bytes());
         o.extend_from_slice(&self.seed.unwrap_or(0).to_le_bytes());
@@ -190,7 +199,7 @@ impl Request {
                 })
             }
         };
-        let has_seed = r.u32()? != 0;
+        let kind = r.u32()?;
         let offset = r.u64()?;
         let len = r.u64()?;
         let seed = r.u64()?;
@@ -199,7 +208,8 @@ impl Request {
             op,
             offset,
             len,
-            seed: has_seed.then_some(seed),
+            seed: (kind != 0).then_some(seed),
+            lab: kind == 2,
             checksum,
         })
     }
@@ -298,6 +308,46 @@ pub fn pattern_mismatch(buf: &[u8], seed: u64, start: u64) -> Option<u64> {
     None
 }
 
+/// Byte `i` (counted from a transfer's first byte) of the lab pattern for `seed`: what
+/// tests/selftests' `pat()` writes and `cargo xtask test`'s host check
+/// (xtask/src/hostcheck.rs) looks for in the backing file of the emulated GPU memory.
+pub fn lab_byte(seed: u64, i: u64) -> u8 {
+    (i.wrapping_mul(13).wrapping_add(seed).wrapping_add(i >> 12)) as u8
+}
+
+/// Fill `buf` with the lab pattern ([`lab_byte`]).
+pub fn fill_lab(buf: &mut [u8], seed: u64) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = lab_byte(seed, i as u64);
+    }
+}
+
+/// Offset of the first byte of `buf` that is not the lab pattern.
+pub fn lab_mismatch(buf: &[u8], seed: u64) -> Option<u64> {
+    buf.iter()
+        .enumerate()
+        .position(|(i, b)| *b != lab_byte(seed, i as u64))
+        .map(|i| i as u64)
+}
+
+/// The pattern of a transfer of `buf.len()` bytes at region offset `start`.
+fn fill_any(buf: &mut [u8], seed: u64, lab: bool, start: u64) {
+    if lab {
+        fill_lab(buf, seed)
+    } else {
+        fill_pattern(buf, seed, start)
+    }
+}
+
+/// First byte of a transfer at region offset `start` that is not its pattern.
+fn mismatch_any(buf: &[u8], seed: u64, lab: bool, start: u64) -> Option<u64> {
+    if lab {
+        lab_mismatch(buf, seed)
+    } else {
+        pattern_mismatch(buf, seed, start)
+    }
+}
+
 /// FNV-1a, 64 bits.
 pub fn checksum(buf: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -361,7 +411,7 @@ pub fn serve_one(
         mem.with_bytes(request.offset, request.len, &mut |b| {
             reply.checksum = checksum(b);
             if let Some(seed) = request.seed {
-                reply.first_mismatch = pattern_mismatch(b, seed, request.offset);
+                reply.first_mismatch = mismatch_any(b, seed, request.lab, request.offset);
             }
         })?;
     }
@@ -388,9 +438,11 @@ pub struct ClientReport {
     pub reply: Reply,
     /// For a read with a seed: first local byte that is not the pattern.
     pub local_mismatch: Option<u64>,
-    /// Seconds the RDMA operation took (post to completion).
+    /// How many times the operation was done (`ClientOpts::repeat`).
+    pub repeat: u64,
+    /// Seconds the RDMA operations took (first post to last completion).
     pub seconds: f64,
-    /// MiB/s of the operation.
+    /// MiB/s of the operations (all repetitions).
     pub mib_per_s: f64,
     /// Registration of the local buffer.
     pub local_mr: MrInfo,
@@ -419,6 +471,14 @@ pub struct ClientOpts {
     pub len: u64,
     /// Pattern seed (written; or expected on a read).
     pub seed: Option<u64>,
+    /// The lab pattern ([`lab_byte`]) instead of [`fill_pattern`]'s.
+    pub lab: bool,
+    /// Do the operation this many times (the same bytes), before telling the server.
+    pub repeat: u64,
+    /// With `repeat`: how many to keep in flight.
+    pub depth: usize,
+    /// Called after each completed operation with the number completed so far.
+    pub progress: Option<fn(u64)>,
     /// Refuse ranges past the end of the server's region before posting (off: let the
     /// server's HCA refuse them).
     pub check_bounds: bool,
@@ -449,24 +509,30 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
     }
     let mut buf = HostBuf::new(o.len as usize)?;
     if let (Op::Write, Some(seed)) = (o.op, o.seed) {
-        fill_pattern(buf.as_mut_slice(), seed, o.offset);
+        fill_any(buf.as_mut_slice(), seed, o.lab, o.offset);
     }
     let local = conn.pd().reg_mr(buf, Access::LOCAL_WRITE)?;
     let info = local.info();
+    let repeat = o.repeat.max(1);
+    let remote = hello.addr.wrapping_add(o.offset);
     let t = Instant::now();
-    conn.rdma(
-        o.op,
-        &info,
-        0,
-        o.len,
-        hello.addr.wrapping_add(o.offset),
-        hello.rkey,
-    )?;
+    if repeat == 1 && o.progress.is_none() {
+        conn.rdma(o.op, &info, 0, o.len, remote, hello.rkey)?;
+    } else {
+        let mut cb = |n: u64| {
+            if let Some(f) = o.progress {
+                f(n)
+            }
+        };
+        conn.rdma_many(
+            o.op, &info, 0, o.len, remote, hello.rkey, repeat, o.depth, &mut cb,
+        )?;
+    }
     let seconds = t.elapsed().as_secs_f64();
     let bytes = local.buf().as_slice();
     let sum = checksum(bytes);
     let local_mismatch = match (o.op, o.seed) {
-        (Op::Read, Some(seed)) => pattern_mismatch(bytes, seed, o.offset),
+        (Op::Read, Some(seed)) => mismatch_any(bytes, seed, o.lab, o.offset),
         _ => None,
     };
     let request = Request {
@@ -474,6 +540,7 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
         offset: o.offset,
         len: o.len,
         seed: o.seed,
+        lab: o.lab,
         checksum: sum,
     };
     conn.send(&request.encode())?;
@@ -485,8 +552,9 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
         request,
         reply,
         local_mismatch,
+        repeat,
         seconds,
-        mib_per_s: o.len as f64 / 1048576.0 / seconds.max(1e-9),
+        mib_per_s: (o.len * repeat) as f64 / 1048576.0 / seconds.max(1e-9),
         local_mr: info,
     })
 }
@@ -535,6 +603,20 @@ mod tests {
     }
 
     #[test]
+    fn lab_pattern_is_the_host_checks() {
+        // xtask/src/hostcheck.rs: (i*13 + seed + (i>>12)) & 0xff.
+        let mut b = vec![0u8; 3 << 12];
+        fill_lab(&mut b, 7);
+        assert_eq!(b[0], 7);
+        assert_eq!(b[1], 20);
+        assert_eq!(b[4096], ((4096 * 13 + 7 + 1) & 0xff) as u8);
+        assert_eq!(lab_mismatch(&b, 7), None);
+        b[5000] ^= 0x80;
+        assert_eq!(lab_mismatch(&b, 7), Some(5000));
+        assert_eq!(lab_mismatch(&b[..10], 8), Some(0));
+    }
+
+    #[test]
     fn checksum_is_fnv1a() {
         assert_eq!(checksum(b""), 0xcbf29ce484222325);
         assert_eq!(checksum(b"a"), 0xaf63dc4c8601ec8c);
@@ -559,11 +641,14 @@ mod tests {
             offset: 4096,
             len: 1 << 20,
             seed: Some(42),
+            lab: false,
             checksum: 99,
         };
         assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         let r2 = Request { seed: None, ..r };
         assert_eq!(Request::decode(&r2.encode()).unwrap(), r2);
+        let r3 = Request { lab: true, ..r };
+        assert_eq!(Request::decode(&r3.encode()).unwrap(), r3);
         let y = Reply {
             in_range: true,
             checksum: 5,

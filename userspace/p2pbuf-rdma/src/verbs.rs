@@ -450,6 +450,7 @@ impl Pd {
                 mr,
                 access,
                 kind: MrKind::Host,
+                live: true,
             },
             buf,
         })
@@ -500,6 +501,7 @@ impl Pd {
             mr,
             access,
             kind: MrKind::DmaBuf { offset, iova },
+            live: true,
         })
     }
 }
@@ -519,12 +521,14 @@ pub enum MrKind {
     },
 }
 
-/// A registered memory region; deregistered on drop.
+/// A registered memory region; deregistered on drop (or by [`Mr::dereg`], which reports).
 pub struct Mr {
     pd: Pd,
     mr: NonNull<ffi::ibv_mr>,
     access: Access,
     kind: MrKind,
+    /// Not yet deregistered.
+    live: bool,
 }
 
 /// The parts of an MR that a peer needs, and some for reports.
@@ -567,6 +571,22 @@ impl Mr {
     pub fn pd(&self) -> &Pd {
         &self.pd
     }
+
+    /// `ibv_dereg_mr` now, with its errno (dropping the region does the same silently).
+    /// For a dma-buf MR this detaches from the dma-buf, also after the exporter revoked it.
+    pub fn dereg(mut self) -> Result<()> {
+        self.live = false;
+        // SAFETY: a live MR, deregistered once (`live` is now false, so Drop will not).
+        let r = unsafe { self.pd.context().libs().v.ibv_dereg_mr(self.mr.as_ptr()) };
+        if r != 0 {
+            return Err(os_error(
+                format!("ibv_dereg_mr on {}", self.pd.context().name()),
+                r,
+                Some("work requests may still use the MR, or its memory windows are bound".into()),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for Mr {
@@ -577,6 +597,9 @@ impl fmt::Debug for Mr {
 
 impl Drop for Mr {
     fn drop(&mut self) {
+        if !self.live {
+            return;
+        }
         // SAFETY: a live MR, deregistered once; no work request uses it any more (the
         // connections that used it wait for their completions).
         unsafe { self.pd.context().libs().v.ibv_dereg_mr(self.mr.as_ptr()) };
@@ -679,6 +702,13 @@ impl HostMr {
     /// Keys, address, length.
     pub fn info(&self) -> MrInfo {
         self.mr.info()
+    }
+
+    /// Deregister ([`Mr::dereg`]) and give the memory back.
+    pub fn dereg(self) -> Result<HostBuf> {
+        let HostMr { mr, buf } = self;
+        mr.dereg()?;
+        Ok(buf)
     }
 }
 

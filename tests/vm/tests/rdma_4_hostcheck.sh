@@ -1,0 +1,100 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# RDMA WRITEs into a dma-buf MR of p2pbuf device memory, checked from the host: several MiB
+# at several offsets (unaligned ones too) carry the lab pattern (byte i of a write is
+# (i*13 + seed + (i>>12)) & 0xff, `p2pbuf rdma write --lab-pattern`); the server verifies them
+# through its mmap of the dma-buf, an RDMA READ returns them, and each write prints a
+# "# hostcheck target=gpu offset=<BAR offset> ..." line, so that `cargo xtask test` finds
+# the same bytes in the ivshmem backing file on the host (xtask/src/hostcheck.rs): the rxe
+# data path wrote into the device's BAR, not into some copy. The BAR offset of the buffer
+# comes from the exporter's debugfs, which also shows rxe's attachment (the NIC's PCI
+# device, the map type) and its kernel mapping (vmaps).
+. /p2pbuf/lib.sh
+. /p2pbuf/rdma-lib.sh
+ktap_plan 9
+if ! rxe_setup; then
+	ktap_fail "rxe0 on $RXE_NETDEV"
+	ktap_exit
+fi
+ktap_ok "rxe0 on $RXE_NETDEV"
+DBG=/sys/kernel/debug/p2pbuf/buffers
+if [ ! -e /dev/p2pbuf ] || [ ! -r $DBG ]; then
+	for i in 2 3 4 5 6 7 8 9; do ktap_skip "RDMA into device memory, host check $i" "no /dev/p2pbuf or no $DBG"; done
+	ktap_exit
+fi
+
+PORT=7474
+SIZE=12582912 # 12 MiB: a size no other buffer of this test has, to find it in debugfs
+# The host looks at the bytes after the whole suite: a spacer held while the server allocates
+# puts the buffer 384 MiB into the BAR, where later tests' allocations (first fit from the
+# start, zeroed) do not overwrite it (exporter.c's host check uses 3/4 of the BAR).
+p2pbuf alloc --kind p2pbuf --size 384M --hold 300 >/tmp/hc_spacer.txt 2>&1 &
+spacer=$!
+wait_for /tmp/hc_spacer.txt "allocated" 60 || comment /tmp/hc_spacer.txt
+p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients 4 --timeout 120 >/tmp/hc_serve.txt 2>&1 &
+srv=$!
+if ! wait_for /tmp/hc_serve.txt "listening on" 60; then
+	comment /tmp/hc_serve.txt
+	ktap_fail "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr"
+	kill $srv $spacer 2>/dev/null
+	ktap_exit
+fi
+kill $spacer 2>/dev/null
+wait $spacer 2>/dev/null
+comment /tmp/hc_serve.txt
+ktap_check "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr" \
+	grep -q "with ibv_reg_dmabuf_mr" /tmp/hc_serve.txt
+
+# The buffer in the exporter's debugfs: its BAR offset, rxe's attachment, its vmap.
+comment $DBG
+BAR=$(sed -n "s/^buffer .*: $SIZE bytes at BAR offset \(0x[0-9a-f]*\).*/\1/p" $DBG | head -1)
+line=$(grep -A3 "^buffer .*: $SIZE bytes at BAR offset" $DBG)
+NIC=$(basename "$(pci_find $NIC_ID)")
+if [ -n "$BAR" ] && echo "$line" | grep -q "vmaps 1" && echo "$line" | grep -q "attached: $NIC "; then
+	ktap_ok "debugfs: the buffer at BAR offset $BAR, attached by the NIC ($NIC) for rxe, mapped (vmaps 1)"
+else
+	ktap_fail "debugfs: want the 12 MiB buffer with a BAR offset, attached by $NIC, vmaps 1"
+fi
+BARHEX=$BAR
+BAR=$((${BAR:-0}))
+
+# hc_write LEN OFFSET SEED: an RDMA WRITE of the lab pattern that the server verifies, and
+# the host check of the same bytes.
+hc_write() {
+	timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" --lab-pattern >/tmp/hc_w.txt 2>&1
+	rc=$?
+	comment /tmp/hc_w.txt
+	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/hc_w.txt; then
+		ktap_ok "RDMA WRITE of $1 bytes at offset $2 (lab pattern, seed $3) into device memory, verified through the mmap, $(rate /tmp/hc_w.txt)"
+		# The host reads the ivshmem backing file at the same BAR offset.
+		[ -n "$BARHEX" ] && echo "# hostcheck target=gpu offset=$((BAR + $2)) len=$1 seed=$3"
+	else
+		ktap_fail "RDMA WRITE of $1 bytes at offset $2 (lab pattern, seed $3): exit $rc"
+	fi
+}
+# At the start, at a page-aligned offset, and at an odd offset with an odd length (8 MiB in all).
+hc_write 4194304 0 31
+hc_write 3145728 5246976 32
+hc_write 1048581 9437307 33
+
+# RDMA READ of the second write back: the client checks the lab pattern.
+timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 3145728 --offset 5246976 --pattern 32 --lab-pattern >/tmp/hc_r.txt 2>&1
+rc=$?
+comment /tmp/hc_r.txt
+ktap_check "RDMA READ of 3 MiB from device memory returns the lab pattern of seed 32 (exit $rc)" \
+	sh -c "[ $rc -eq 0 ] && grep -q '(equal)' /tmp/hc_r.txt && ! grep -q 'not the pattern' /tmp/hc_r.txt"
+
+wait $srv
+src=$?
+comment /tmp/hc_serve.txt
+ktap_check "server: 4 clients verified, MR deregistered (exit $src)" \
+	sh -c "[ $src -eq 0 ] && grep -q 'done: 4 client(s) verified, 0 failed' /tmp/hc_serve.txt &&
+		grep -q 'deregistered the MR' /tmp/hc_serve.txt"
+# Deregistration detached rxe and closing the fd released the buffer.
+if grep -q "^buffer .*: $SIZE bytes at BAR offset" $DBG; then
+	comment $DBG
+	ktap_fail "debugfs: the 12 MiB buffer is gone after deregistration and close"
+else
+	ktap_ok "debugfs: the 12 MiB buffer is gone after deregistration and close"
+fi
+ktap_exit

@@ -1,0 +1,109 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# dma-buf MRs on rxe0: the registrations that must be refused, and the RDMA operations that
+# the responder must refuse, beyond rdma_3's (a regular file's fd, offset or length past the
+# end of the buffer, REMOTE_WRITE without LOCAL_WRITE, iova and offset at different page
+# offsets). Each refusal must come with the errno or work completion status of
+# docs/rdma.md's table, never a crash; the boundary cases next to each refusal must work, so
+# that the refusal is about the case and not about something else.
+. /p2pbuf/lib.sh
+. /p2pbuf/rdma-lib.sh
+ktap_plan 15
+if ! rxe_setup; then
+	ktap_fail "rxe0 on $RXE_NETDEV"
+	ktap_exit
+fi
+ktap_ok "rxe0 on $RXE_NETDEV"
+
+# reg_ok NAME ARGS...: `p2pbuf rdma reg ARGS` registers with ibv_reg_dmabuf_mr.
+reg_ok() {
+	_name=$1
+	shift
+	p2pbuf rdma reg "$@" >/tmp/reg.txt 2>&1
+	_rc=$?
+	comment /tmp/reg.txt
+	ktap_check "$_name: registered (exit $_rc)" grep -q "with ibv_reg_dmabuf_mr" /tmp/reg.txt
+}
+
+# iova + length must not wrap (rxe_reg_user_mr_dmabuf: check_add_overflow): EINVAL. The
+# highest range that does not wrap registers.
+reg_ok "iova 0xffffffffffffe000 + 4 KiB (ends at 2^64 - 4 KiB)" \
+	--buf udmabuf --size 1M --iova 0xffffffffffffe000 --length 4k
+reg_errno 22 "iova 0xfffffffffffff000 + 4 KiB wraps to 0" \
+	--buf udmabuf --size 1M --iova 0xfffffffffffff000 --length 4k
+reg_errno 22 "iova 0xffffffffffff0000 + 1 MiB wraps" \
+	--buf udmabuf --size 1M --iova 0xffffffffffff0000 --length 1M
+# offset + length must not wrap either (ib_umem_dmabuf_get: check_add_overflow): EINVAL.
+reg_errno 22 "offset 2^64 - 4 KiB + 8 KiB wraps (iova 0)" \
+	--buf udmabuf --size 1M --offset 18446744073709547520 --iova 0 --length 8k
+# The same on device memory.
+if [ -e /dev/p2pbuf ]; then
+	reg_errno 22 "p2pbuf device memory: iova 0xfffffffffffff000 + 8 KiB wraps" \
+		--buf p2pbuf --size 64k --iova 0xfffffffffffff000 --length 8k
+else
+	ktap_skip "p2pbuf device memory: iova wrap" "no /dev/p2pbuf"
+fi
+# Length 0 (rxe_reg_user_mr_dmabuf): EINVAL.
+reg_errno 22 "length 0" --buf udmabuf --size 1M --length 0
+# Access flags: REMOTE_ATOMIC without LOCAL_WRITE (ib_check_mr_access): EINVAL; ON_DEMAND
+# (0x40) is not a dma-buf MR flag (uverbs_get_flags32's mask for REG_DMABUF_MR): EINVAL; a
+# read-only MR (no access bits at all) registers.
+reg_errno 22 "REMOTE_ATOMIC without LOCAL_WRITE" --buf udmabuf --size 1M --access ra,rr
+reg_errno 22 "IBV_ACCESS_ON_DEMAND on a dma-buf MR" --buf udmabuf --size 1M --access lw,0x40
+reg_ok "no access flags (local read only)" --buf udmabuf --size 1M --access none
+# A non-dma-buf fd of another kind than rdma_3's regular file: /dev/null (dma_buf_get): EINVAL.
+reg_errno 22 "the fd of /dev/null" --buf file /dev/null --length 4k
+
+# The responder refuses RDMA into a dma-buf MR of device memory without the access for it:
+# IBV_WC_REM_ACCESS_ERR at the requester (rxe: RESPST_ERR_RKEY_VIOLATION), and the bytes
+# are not touched.
+if [ -e /dev/p2pbuf ]; then
+	PORT=7475
+	# Read-only to peers (lw,rr): a WRITE is refused, a READ works.
+	p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60 >/tmp/neg_serve.txt 2>&1 &
+	srv=$!
+	if wait_for /tmp/neg_serve.txt "listening on" 30; then
+		timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --pattern 5 >/tmp/w.txt 2>&1
+		rc=$?
+		comment /tmp/w.txt
+		ktap_check "RDMA WRITE into a read-only (lw,rr) dma-buf MR of device memory: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
+			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
+		timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 1M --pattern 5 --unchecked >/tmp/w.txt 2>&1
+		rc=$?
+		comment /tmp/w.txt
+		ktap_check "RDMA WRITE past the end of a dma-buf MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
+			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
+		# The memory is still all zeroes (the exporter zeroes new buffers): nothing was written.
+		timeout 60 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 64k >/tmp/r.txt 2>&1
+		rc=$?
+		comment /tmp/r.txt
+		# 0xeb05052ea5b62325: FNV-1a (the session's checksum) of 65536 zero bytes.
+		ktap_check "RDMA READ from the read-only MR works, and the refused writes left it untouched (exit $rc)" \
+			sh -c "[ $rc -eq 0 ] && grep -q '(equal)' /tmp/r.txt && grep -q 'checksum: here 0xeb05052ea5b62325' /tmp/r.txt"
+	else
+		comment /tmp/neg_serve.txt
+		for t in "WRITE into read-only" "WRITE past the end" "READ from read-only"; do ktap_fail "$t: no server"; done
+	fi
+	wait $srv
+	comment /tmp/neg_serve.txt
+	# Write-only to peers (lw,rw): a READ is refused.
+	p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60 >/tmp/neg_serve.txt 2>&1 &
+	srv=$!
+	if wait_for /tmp/neg_serve.txt "listening on" 30; then
+		timeout 60 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 64k >/tmp/r.txt 2>&1
+		rc=$?
+		comment /tmp/r.txt
+		ktap_check "RDMA READ from a dma-buf MR without REMOTE_READ (lw,rw): IBV_WC_REM_ACCESS_ERR (exit $rc)" \
+			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/r.txt"
+	else
+		comment /tmp/neg_serve.txt
+		ktap_fail "READ from write-only: no server"
+	fi
+	wait $srv
+	comment /tmp/neg_serve.txt
+else
+	for t in "WRITE into read-only" "WRITE past the end" "READ from read-only" "READ from write-only"; do
+		ktap_skip "dma-buf MR of device memory: $t" "no /dev/p2pbuf"
+	done
+fi
+ktap_exit

@@ -1,0 +1,428 @@
+//! `p2pbuf rdma bench`: registration time of `ibv_reg_dmabuf_mr` (p2pbuf device memory) vs
+//! `ibv_reg_mr` (anonymous host memory), and RDMA WRITE bandwidth and latency into a dma-buf
+//! MR vs a host MR, over one RDMA device's loopback (rxe in the lab). Prints the line protocol
+//! of docs/bench.md; docs/rdma.md has the method and the numbers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use p2pbuf::{DmaBuf, Error};
+use p2pbuf_rdma::session::{self, ServerMemory};
+use p2pbuf_rdma::{cm, Access, Context, HostBuf, Listener, MrInfo, Op, Pd};
+
+use crate::target::parse_size;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Repetitions per point.
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// What to measure: reg (registration time), write (RDMA WRITE), or both.
+    #[arg(long, value_delimiter = ',', default_value = "reg,write")]
+    what: Vec<String>,
+    /// Registration sizes.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size,
+          default_value = "4k,64k,1M,16M,128M,1G")]
+    reg_sizes: Vec<usize>,
+    /// Also time ibv_reg_mr of host memory that was not faulted in first (kind host_cold:
+    /// registration then allocates and zeroes the pages too).
+    #[arg(long)]
+    cold: bool,
+    /// RDMA WRITE sizes.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4k,64k,1M,4M")]
+    write_sizes: Vec<usize>,
+    /// Bytes per bandwidth point (at least 2 writes each).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    bw_bytes: usize,
+    /// RDMA WRITEs kept in flight for bandwidth (1 to 12).
+    #[arg(long, default_value_t = 8)]
+    depth: usize,
+    /// This machine's address on the RDMA device (the loopback servers bind it), e.g. rxe0's
+    /// 10.0.2.15.
+    #[arg(long)]
+    addr: IpAddr,
+    /// First rdma_cm port (the host-memory server takes the next one).
+    #[arg(long, default_value_t = 18600)]
+    port: u16,
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn parse_what(w: &[String]) -> p2pbuf::Result<(bool, bool)> {
+    let mut reg = false;
+    let mut write = false;
+    for x in w {
+        match x.as_str() {
+            "reg" => reg = true,
+            "write" => write = true,
+            o => {
+                return Err(Error::Protocol {
+                    what: "--what".into(),
+                    detail: format!("unknown {o:?}: reg, write"),
+                })
+            }
+        }
+    }
+    Ok((reg, write))
+}
+
+pub fn run(a: BenchArgs) -> p2pbuf::Result<()> {
+    let (reg, write) = parse_what(&a.what)?;
+    if reg {
+        bench_reg(&a)?;
+    }
+    if write {
+        bench_write(&a)?;
+    }
+    Ok(())
+}
+
+/// Touch every page so that registration finds them present (pinning is what is timed).
+fn fault_in(b: &mut HostBuf) {
+    for byte in b.as_mut_slice().iter_mut().step_by(4096) {
+        *byte = 1;
+    }
+}
+
+fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
+    let ctx = Context::open(None)?;
+    let pd = Pd::new(&ctx)?;
+    let access = Access::REMOTE_RW;
+    println!("BENCHINFO rdma_reg baseline=host title=MR_registration_time x=size");
+    println!("BENCHMETRIC rdma_reg reg_us unit=us better=lower");
+    println!("BENCHMETRIC rdma_reg dereg_us unit=us better=lower");
+    println!(
+        "# rdma_reg on {}: time of the ibv_reg_dmabuf_mr / ibv_reg_mr call alone (CLOCK_MONOTONIC), access {access}; \
+         kind=dmabuf: a p2pbuf device-memory dma-buf of the size (allocated once per size, registered whole, {} times); \
+         kind=host: anonymous memory, every page touched before the timing{}",
+        ctx.name(),
+        a.reps,
+        if a.cold {
+            "; kind=host_cold: anonymous memory never touched (registration faults it in)"
+        } else {
+            ""
+        }
+    );
+    for &size in &a.reg_sizes {
+        // The buffers of this size; allocation and faulting-in are not timed.
+        let dmabuf = match p2pbuf::exporter::alloc(size as u64) {
+            Ok(x) => Some(x.buf),
+            Err(e) => {
+                println!("# rdma_reg size={size}: no p2pbuf buffer: {e}");
+                None
+            }
+        };
+        let mut host = match HostBuf::new(size) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                println!("# rdma_reg size={size}: no host buffer: {e}");
+                None
+            }
+        };
+        if let Some(h) = host.as_mut() {
+            fault_in(h);
+        }
+        for rep in 0..a.reps {
+            if let Some(d) = &dmabuf {
+                let t = Instant::now();
+                let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
+                let reg = t.elapsed();
+                match r {
+                    Ok(mr) => {
+                        let t = Instant::now();
+                        mr.dereg()?;
+                        let dereg = t.elapsed();
+                        println!(
+                            "BENCH rdma_reg kind=dmabuf size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                            us(reg),
+                            us(dereg)
+                        );
+                    }
+                    Err(e) => println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}"),
+                }
+            }
+            if let Some(h) = host.take() {
+                let t = Instant::now();
+                let r = pd.reg_mr(h, access);
+                let reg = t.elapsed();
+                match r {
+                    Ok(mr) => {
+                        let t = Instant::now();
+                        let h = mr.dereg()?;
+                        let dereg = t.elapsed();
+                        println!(
+                            "BENCH rdma_reg kind=host size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                            us(reg),
+                            us(dereg)
+                        );
+                        host = Some(h);
+                    }
+                    Err(e) => println!("# rdma_reg kind=host size={size} rep={rep}: {e}"),
+                }
+            }
+            if a.cold {
+                let h = HostBuf::new(size)?;
+                let t = Instant::now();
+                let r = pd.reg_mr(h, access);
+                let reg = t.elapsed();
+                match r {
+                    Ok(mr) => {
+                        let t = Instant::now();
+                        drop(mr.dereg()?);
+                        let dereg = t.elapsed();
+                        println!(
+                            "BENCH rdma_reg kind=host_cold size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                            us(reg),
+                            us(dereg)
+                        );
+                    }
+                    Err(e) => println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The server side's memory, for its verification through the CPU.
+enum ServerBuf {
+    DmaBuf(DmaBuf),
+    Host(p2pbuf_rdma::HostMr),
+}
+
+struct Served<'a>(&'a ServerBuf);
+
+impl ServerMemory for Served<'_> {
+    fn with_bytes(&self, off: u64, len: u64, f: &mut dyn FnMut(&[u8])) -> p2pbuf::Result<()> {
+        match self.0 {
+            ServerBuf::Host(m) => m.buf().with_bytes(off, len, f),
+            ServerBuf::DmaBuf(b) => {
+                let map = b.map(p2pbuf::Access::Read)?;
+                let g = map.read()?;
+                f(&g[off as usize..(off + len) as usize]);
+                g.finish()
+            }
+        }
+    }
+}
+
+/// A loopback server in a thread of its own (verbs objects stay in the thread that made them):
+/// registers `size` bytes of `kind` memory and accepts one client (`ready` gets the outcome).
+/// While the client measures, it sleeps on `go` (no CQ polling that would take CPU from rxe);
+/// then it receives the client's request and verifies those bytes through its CPU mapping.
+fn server(
+    kind: &'static str,
+    addr: SocketAddr,
+    size: usize,
+    ready: mpsc::Sender<Result<(), String>>,
+    go: mpsc::Receiver<()>,
+) -> Result<String, String> {
+    let setup = || -> p2pbuf::Result<_> {
+        let l = Listener::bind(addr)?;
+        let ctx = match l.context() {
+            Some(c) => c?,
+            None => Context::open(None)?,
+        };
+        let pd = Pd::new(&ctx)?;
+        let (buf, info, mr) = if kind == "dmabuf" {
+            let d = p2pbuf::exporter::alloc(size as u64)?.buf;
+            let mr = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), Access::REMOTE_RW)?;
+            let info = mr.info();
+            (ServerBuf::DmaBuf(d), info, Some(mr))
+        } else {
+            let m = pd.reg_mr(HostBuf::new(size)?, Access::REMOTE_RW)?;
+            let info = m.info();
+            (ServerBuf::Host(m), info, None)
+        };
+        Ok((l, pd, buf, info, mr))
+    };
+    let (l, pd, buf, info, mr) = match setup() {
+        Ok(x) => {
+            let _ = ready.send(Ok(()));
+            x
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return Err(e.to_string());
+        }
+    };
+    let hello = session::Hello::new(&info, kind);
+    let mut conn = l
+        .accept(&pd, &hello.encode(), Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())?;
+    if go.recv().is_err() {
+        return Err(format!("{kind}: the client gave up"));
+    }
+    let msg = conn
+        .recv(Duration::from_secs(120))
+        .map_err(|e| e.to_string())?;
+    let q = session::Request::decode(&msg).map_err(|e| e.to_string())?;
+    let mut reply = session::Reply {
+        in_range: q.offset.checked_add(q.len).is_some_and(|e| e <= info.len),
+        checksum: 0,
+        first_mismatch: None,
+    };
+    if reply.in_range {
+        Served(&buf)
+            .with_bytes(q.offset, q.len, &mut |b| {
+                reply.checksum = session::checksum(b);
+                reply.first_mismatch = q
+                    .seed
+                    .and_then(|seed| session::pattern_mismatch(b, seed, q.offset));
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    conn.send(&reply.encode()).map_err(|e| e.to_string())?;
+    let _ = conn.disconnect();
+    drop(conn);
+    if let Some(mr) = mr {
+        mr.dereg().map_err(|e| e.to_string())?;
+    }
+    if reply.in_range && reply.first_mismatch.is_none() && reply.checksum == q.checksum {
+        Ok(format!(
+            "{kind}: the last {} bytes written verified by the server through its CPU mapping",
+            q.len
+        ))
+    } else {
+        Err(format!(
+            "{kind}: the server found other bytes than written (in range {}, first mismatch {:?})",
+            reply.in_range, reply.first_mismatch
+        ))
+    }
+}
+
+/// One measured point: latency (one write in flight, median) and bandwidth (`depth` in flight).
+fn point(
+    conn: &cm::Connection,
+    local: &MrInfo,
+    size: u64,
+    hello: &session::Hello,
+    a: &BenchArgs,
+) -> p2pbuf::Result<(f64, f64)> {
+    let lat_n = (2u64 << 20).checked_div(size).unwrap_or(1).clamp(2, 32);
+    let mut times = Vec::with_capacity(lat_n as usize);
+    let mut last = Instant::now();
+    conn.rdma_many(
+        Op::Write,
+        local,
+        0,
+        size,
+        hello.addr,
+        hello.rkey,
+        lat_n,
+        1,
+        &mut |_| {
+            let now = Instant::now();
+            times.push(us(now - last));
+            last = now;
+        },
+    )?;
+    times.sort_by(f64::total_cmp);
+    let lat = times[times.len() / 2];
+    let bw_n = (a.bw_bytes as u64 / size).clamp(2, 1024);
+    let t = Instant::now();
+    conn.rdma_many(
+        Op::Write,
+        local,
+        0,
+        size,
+        hello.addr,
+        hello.rkey,
+        bw_n,
+        a.depth,
+        &mut |_| {},
+    )?;
+    let mibps = (bw_n * size) as f64 / 1048576.0 / t.elapsed().as_secs_f64().max(1e-9);
+    Ok((mibps, lat))
+}
+
+fn bench_write(a: &BenchArgs) -> p2pbuf::Result<()> {
+    let max = *a.write_sizes.iter().max().unwrap_or(&4096);
+    println!("BENCHINFO rdma_write baseline=host title=RDMA_WRITE_over_rxe x=size");
+    println!("BENCHMETRIC rdma_write MiBps unit=MiB/s better=higher");
+    println!("BENCHMETRIC rdma_write lat_us unit=us better=lower");
+    println!(
+        "# rdma_write: loopback on one RDMA device ({}), a client QP writes from a host MR into a server's \
+         dma-buf MR (kind=dmabuf, p2pbuf device memory) or host MR (kind=host); lat_us: median time from \
+         post to completion of single writes; MiBps: {} bytes per point (at least 2 writes), {} in flight",
+        a.addr,
+        a.bw_bytes,
+        a.depth.clamp(1, cm::MAX_DEPTH)
+    );
+    let mut handles = vec![];
+    let mut conns = vec![];
+    for (i, kind) in ["dmabuf", "host"].into_iter().enumerate() {
+        let addr = SocketAddr::new(a.addr, a.port + i as u16);
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel();
+        handles.push((
+            go_tx,
+            std::thread::spawn(move || server(kind, addr, max, tx, go_rx)),
+        ));
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(Error::Protocol {
+                    what: format!("rdma_write: the {kind} server"),
+                    detail: e,
+                })
+            }
+            Err(_) => {
+                return Err(Error::Protocol {
+                    what: format!("rdma_write: the {kind} server"),
+                    detail: "its thread ended".into(),
+                })
+            }
+        }
+        let conn = cm::connect(addr, b"p2pbuf rdma bench", Duration::from_secs(30))?;
+        let hello = session::Hello::decode(conn.peer_data())?;
+        let mut buf = HostBuf::new(max)?;
+        session::fill_pattern(buf.as_mut_slice(), 0xbe4c, 0);
+        let local = conn.pd().reg_mr(buf, Access::LOCAL_WRITE)?;
+        conns.push((kind, conn, hello, local));
+    }
+    for rep in 0..a.reps {
+        for &size in &a.write_sizes {
+            for (kind, conn, hello, local) in &conns {
+                let (mibps, lat) = point(conn, &local.info(), size as u64, hello, a)?;
+                println!(
+                    "BENCH rdma_write kind={kind} size={size} rep={rep} MiBps={mibps:.2} lat_us={lat:.1}"
+                );
+            }
+        }
+    }
+    // The last write of every connection covered the largest size: the server checks it.
+    let mut bad = vec![];
+    for ((kind, conn, _, local), (go, h)) in conns.into_iter().zip(handles) {
+        let _ = go.send(());
+        let bytes = &local.buf().as_slice()[..max];
+        let req = session::Request {
+            op: Op::Write,
+            offset: 0,
+            len: max as u64,
+            seed: Some(0xbe4c),
+            lab: false,
+            checksum: session::checksum(bytes),
+        };
+        conn.send(&req.encode())?;
+        let _ = session::Reply::decode(&conn.recv(Duration::from_secs(600))?)?;
+        drop(conn);
+        match h.join() {
+            Ok(Ok(msg)) => println!("# rdma_write {msg}"),
+            Ok(Err(e)) => bad.push(e),
+            Err(_) => bad.push(format!("{kind}: the server thread panicked")),
+        }
+    }
+    if !bad.is_empty() {
+        return Err(Error::Protocol {
+            what: "rdma_write verification".into(),
+            detail: bad.join("; "),
+        });
+    }
+    Ok(())
+}
