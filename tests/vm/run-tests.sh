@@ -6,6 +6,10 @@
 . /p2pbuf/lib.sh
 filter=$(cmdline_arg filter)
 inject=$(cmdline_arg inject)
+# Per-test limit in guest seconds; a boot whose guest clock runs ahead of the wall clock
+# (QEMU -icount with sleep=off: the engine-icount boot) raises it.
+test_timeout=$(cmdline_arg test_timeout)
+test_timeout=${test_timeout:-600}
 export P2PBUF_TOPOLOGY=$(cmdline_arg topology)
 # Which boot of `cargo xtask test` this is (xtask/src/boots.rs): the main boot runs every test
 # but those named in p2pbuf.skip (prefixes) plus the KUnit suites; a topology boot runs only
@@ -63,13 +67,13 @@ for t in $tests; do
 	echo "# running $name" >/dev/kmsg
 	# pipefail keeps the test's exit code through sed.
 	set -o pipefail
-	timeout 600 "$t" 2>&1 | sed 's/^/    /'
+	timeout "$test_timeout" "$t" 2>&1 | sed 's/^/    /'
 	rc=$?
 	set +o pipefail
 	case $rc in
 	0) echo "ok $i $name" ;;
 	4) echo "ok $i $name # SKIP" ;;
-	143) echo "not ok $i $name # timed out after 600s" ;;
+	143) echo "not ok $i $name # timed out after ${test_timeout}s" ;;
 	*) echo "not ok $i $name # exit code $rc" ;;
 	esac
 done

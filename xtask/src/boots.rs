@@ -1,6 +1,8 @@
 //! The VM boots of `cargo xtask test`. The main boot (the reference switch topology) runs the
 //! whole suite; the topology boots re-run the tests whose answer depends on where the devices
 //! sit, on a fabric where peer-to-peer is refused or goes through the host bridge and an IOMMU.
+//! The engine boot runs the DMA engine's tests under QEMU's `-icount`, where the engine's
+//! 100 ms per transfer (a virtual-clock timer in QEMU's edu model) costs no wall time.
 
 use crate::vm::{Topology, VmConfig};
 
@@ -17,6 +19,10 @@ pub struct Boot {
     /// Tests (file names) this boot runs: every name containing one of these; empty = all
     /// tests not reserved for another boot, plus the KUnit suites.
     pub only: &'static [&'static str],
+    /// Run QEMU with `-icount shift=auto,sleep=off` (single-threaded TCG, one vCPU: the guest
+    /// kernel's periodic tick wakes every vCPU 250 times per virtual second, and each wake-up
+    /// costs wall time).
+    pub icount: bool,
 }
 
 /// Test-name prefix of the tests that only the topology boots run.
@@ -24,6 +30,24 @@ pub const TOPO_PREFIX: &str = "topo_";
 
 /// Tests of the main suite that also run, with other expectations, on the topology boots.
 const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cli_3_fpga"];
+
+/// Tests (name prefixes) that only the engine boot runs: the importer suite and the large
+/// engine copies (tests/selftests/engine_large.c, up to 64 MiB = 32,788 transfers).
+const ENGINE_TESTS: &[&str] = &["engine_", "importer"];
+
+/// Guest seconds one test may take on the engine boot (run-tests.sh's limit): a 64 MiB copy
+/// is 3,279 s of virtual time there.
+const ENGINE_TEST_TIMEOUT: u32 = 20000;
+
+/// Wall seconds the engine boot gets at least.
+const ENGINE_MIN_WALL_S: u64 = 2400;
+
+/// Name prefixes of the tests the main boot leaves to other boots.
+fn reserved() -> Vec<&'static str> {
+    let mut v = vec![TOPO_PREFIX];
+    v.extend_from_slice(ENGINE_TESTS);
+    v
+}
 
 /// Every boot of `cargo xtask test`, in order.
 pub fn all() -> Vec<Boot> {
@@ -35,6 +59,7 @@ pub fn all() -> Vec<Boot> {
             cpu: "max",
             iommu: false,
             only: &[],
+            icount: false,
         },
         Boot {
             name: "rootports",
@@ -43,6 +68,7 @@ pub fn all() -> Vec<Boot> {
             cpu: "max",
             iommu: false,
             only: TOPOLOGY_AWARE,
+            icount: false,
         },
         Boot {
             name: "rootports-zen-iommu",
@@ -51,6 +77,16 @@ pub fn all() -> Vec<Boot> {
             cpu: "EPYC",
             iommu: true,
             only: TOPOLOGY_AWARE,
+            icount: false,
+        },
+        Boot {
+            name: "engine-icount",
+            why: "the DMA engine under -icount: importer suite, copies from 1 byte to 64 MiB",
+            topology: Topology::Switch,
+            cpu: "max",
+            iommu: false,
+            only: ENGINE_TESTS,
+            icount: true,
         },
     ]
 }
@@ -61,12 +97,19 @@ impl Boot {
         cfg.topology = self.topology;
         cfg.cpu = self.cpu.to_string();
         cfg.iommu = self.iommu;
+        if self.icount {
+            cfg.icount = true;
+            cfg.smp = 1;
+            cfg.append
+                .push(format!("p2pbuf.test_timeout={ENGINE_TEST_TIMEOUT}"));
+        }
         cfg.append.push(format!("p2pbuf.suite={}", self.name));
         if !self.only.is_empty() {
             cfg.append
                 .push(format!("p2pbuf.only={}", self.only.join(",")));
         } else {
-            cfg.append.push(format!("p2pbuf.skip={TOPO_PREFIX}"));
+            cfg.append
+                .push(format!("p2pbuf.skip={}", reserved().join(",")));
         }
     }
 
@@ -79,9 +122,19 @@ impl Boot {
             }
         }
         if self.only.is_empty() {
-            !test.starts_with(TOPO_PREFIX)
+            !reserved().iter().any(|r| test.starts_with(r))
         } else {
             self.only.iter().any(|o| test.contains(o))
+        }
+    }
+
+    /// The wall-clock limit for this boot, given the one asked for (`--timeout`): the engine
+    /// boot's 64 MiB copies take minutes even under icount.
+    pub fn timeout(&self, asked: u64) -> u64 {
+        if self.icount {
+            asked.max(ENGINE_MIN_WALL_S)
+        } else {
+            asked
         }
     }
 
@@ -135,6 +188,33 @@ mod tests {
     }
 
     #[test]
+    fn engine_tests_run_on_the_icount_boot_only() {
+        let all = all();
+        let main = &all[0];
+        let engine = all.iter().find(|b| b.name == "engine-icount").unwrap();
+        for t in ["engine_large", "importer"] {
+            assert!(!main.selects(t, None), "{t}");
+            assert!(engine.selects(t, None), "{t}");
+        }
+        assert!(!engine.selects("exporter", None));
+        assert!(!engine.runs_kunit());
+        let mut cfg = VmConfig::default();
+        main.apply(&mut cfg);
+        assert!(!cfg.icount);
+        assert!(cfg
+            .append
+            .contains(&"p2pbuf.skip=topo_,engine_,importer".to_string()));
+        let mut cfg = VmConfig::default();
+        engine.apply(&mut cfg);
+        assert!(cfg.icount);
+        assert_eq!(cfg.smp, 1);
+        assert!(cfg
+            .append
+            .iter()
+            .any(|a| a.starts_with("p2pbuf.test_timeout=")));
+    }
+
+    #[test]
     fn topology_boots_rerun_topology_aware_tests_only() {
         let b = &all()[1];
         assert!(b.selects("topo_rdma_refusal", None));
@@ -159,7 +239,11 @@ mod tests {
             names(&select(&[], Some("kunit"), &tests).unwrap()),
             ["main"]
         );
-        assert_eq!(names(&select(&[], None, &tests).unwrap()).len(), 3);
+        assert_eq!(names(&select(&[], None, &tests).unwrap()).len(), 4);
+        assert_eq!(
+            names(&select(&[], Some("importer"), &["importer".to_string()]).unwrap()),
+            ["engine-icount"]
+        );
         assert!(select(&["nope".into()], None, &tests).is_err());
     }
 }

@@ -243,7 +243,10 @@ pub fn check_dma(req: &DmaRequest, cmds: &[NvmeCmd]) -> (bool, String) {
     if cmd_bytes != req.len || mapped != req.len {
         return (
             false,
-            format!("{found}; want {} bytes (was the range used twice?)", req.len),
+            format!(
+                "{found}; want {} bytes (was the range used twice?)",
+                req.len
+            ),
         );
     }
     let ok = match req.expect {
@@ -369,8 +372,14 @@ pci_nvme_map_addr addr 0x7000 len 8192
     fn parses_the_nvme_trace() {
         let c = parse_nvme_trace(TRACE);
         assert_eq!(c.len(), 4);
-        assert_eq!((c[1].write, c[1].offset, c[1].bytes), (true, 0x4000 * 512, 8192));
-        assert_eq!(c[1].maps, vec![(0xfe000000, 4096, false), (0xfe001000, 4096, false)]);
+        assert_eq!(
+            (c[1].write, c[1].offset, c[1].bytes),
+            (true, 0x4000 * 512, 8192)
+        );
+        assert_eq!(
+            c[1].maps,
+            vec![(0xfe000000, 4096, false), (0xfe001000, 4096, false)]
+        );
         assert!(c[2].maps.iter().all(|m| m.2));
         assert!(!c[3].write);
     }
@@ -412,7 +421,8 @@ pci_nvme_map_addr addr 0x7000 len 8192
             "# hostcheck target=nvmedma op=write offset={off} len=4096 expect=p2p lo=0xfe000000 hi=0xfe002000"
         ));
         assert!(!check_dma(&short, &c).0);
-        let none = dma("# hostcheck target=nvmedma op=write offset=0 len=4096 expect=host lo=0x0 hi=0x1");
+        let none =
+            dma("# hostcheck target=nvmedma op=write offset=0 len=4096 expect=host lo=0x0 hi=0x1");
         assert!(!check_dma(&none, &c).0);
         // A pattern request is not a DMA request and vice versa.
         assert!(parse_dma_request("# hostcheck target=nvme offset=0 len=1 seed=1").is_none());

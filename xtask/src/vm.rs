@@ -151,7 +151,14 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
     if cfg.kvm {
         push(&["-accel", "kvm", "-cpu", "host"]);
     } else if cfg.icount {
-        push(&["-accel", "tcg", "-icount", "shift=auto,sleep=off", "-cpu", &cfg.cpu]);
+        push(&[
+            "-accel",
+            "tcg",
+            "-icount",
+            "shift=auto,sleep=off",
+            "-cpu",
+            &cfg.cpu,
+        ]);
     } else {
         push(&["-accel", "tcg,thread=multi", "-cpu", &cfg.cpu]);
     }

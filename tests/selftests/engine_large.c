@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * p2pbuf importer, large copies: the DMA engine (QEMU's edu, the FPGA stand-in behind
+ * /dev/p2pbuf-dma) copies from 1 byte to 64 MiB, device memory to device memory, device to
+ * system memory and back (and system to system), at unaligned offsets, verified byte for
+ * byte together with a margin on both sides of the destination range.
+ *
+ * The engine moves 4095 bytes per transfer and QEMU's model finishes a transfer 100 ms of
+ * virtual time after it starts: 64 MiB is 16,394 windows, 32,788 transfers, 3,279 s of
+ * virtual time. This test is meant for the "engine-icount" boot of `cargo xtask test`
+ * (xtask/src/boots.rs), which runs QEMU with -icount shift=auto,sleep=off: the virtual
+ * clock jumps to the engine's timer while the guest waits for the interrupt, so the wall
+ * time is what the guest's own work costs. Times printed here are guest (virtual) times.
+ *
+ * The last copy (system memory into device memory, 64 MiB) is also checked from the host:
+ * "# hostcheck target=gpu ..." makes xtask read the ivshmem backing file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/dma-buf.h>
+#include <linux/udmabuf.h>
+
+#include "kselftest_harness.h"
+#include "uapi/linux/p2pbuf.h"
+
+#define PAGE 4096UL
+#define MIB (1UL << 20)
+#define DMA_DEV "/dev/p2pbuf-dma"
+#define UDMABUF_LIMIT "/sys/module/udmabuf/parameters/size_limit_mb"
+/* Room for 64 MiB at any offset below one page, and a margin. */
+#define BUF_SIZE (64 * MIB + 16 * PAGE)
+/* Bytes checked on each side of a destination range. */
+#define MARGIN (2 * PAGE)
+/* The engine's window (importer/edu.rs WINDOW). */
+#define WINDOW 4095UL
+/*
+ * Test timeouts are in guest time, which icount advances by 100 ms per engine transfer:
+ * 3,279 s per 64 MiB. Without icount the same numbers are wall time (and far too long).
+ */
+#define TIMEOUT_64MIB 4000
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A byte of a position-dependent pattern that no shift of the data can reproduce. */
+static uint8_t pat(size_t i, unsigned int seed)
+{
+	uint32_t x = (uint32_t)(i >> 2) * 0x9e3779b1u + seed * 0x85ebca6bu;
+
+	x ^= x >> 16;
+	x *= 0x7feb352du;
+	x ^= x >> 15;
+	return (uint8_t)(x >> ((i & 3) * 8));
+}
+
+/* The pattern of xtask's host check (xtask/src/hostcheck.rs). */
+static uint8_t hpat(size_t i, unsigned int seed)
+{
+	return (uint8_t)(i * 13 + seed + (i >> 12));
+}
+
+struct buf {
+	int fd;		/* the dma-buf */
+	int memfd;	/* system memory: its memfd; device memory: -1 */
+	uint8_t *map;
+	size_t size;
+	__u64 bar_offset;	/* device memory: where it starts in the BAR */
+	int handle;	/* its handle on /dev/p2pbuf-dma */
+	const char *what;
+};
+
+static void buf_free(struct buf *b)
+{
+	if (b->map && b->map != MAP_FAILED)
+		munmap(b->map, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	if (b->memfd >= 0)
+		close(b->memfd);
+	memset(b, 0, sizeof(*b));
+	b->fd = b->memfd = -1;
+}
+
+static int udmabuf_alloc(struct buf *b, size_t size)
+{
+	struct udmabuf_create c = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = size };
+	int dev, err;
+
+	b->what = "system";
+	b->size = size;
+	b->memfd = memfd_create("engine-large", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	if (b->memfd < 0)
+		return -errno;
+	if (ftruncate(b->memfd, size) || fcntl(b->memfd, F_ADD_SEALS, F_SEAL_SHRINK))
+		return -errno;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->memfd, 0);
+	if (b->map == MAP_FAILED)
+		return -errno;
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return -errno;
+	c.memfd = b->memfd;
+	b->fd = ioctl(dev, UDMABUF_CREATE, &c);
+	err = errno;
+	close(dev);
+	return b->fd < 0 ? -err : 0;
+}
+
+static int devbuf_alloc(int p2p, struct buf *b, size_t size)
+{
+	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
+
+	b->what = "device";
+	b->size = size;
+	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+		return -errno;
+	b->fd = a.fd;
+	b->bar_offset = a.offset;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+	return b->map == MAP_FAILED ? -errno : 0;
+}
+
+static void cpu_access(struct buf *b, int start)
+{
+	struct dma_buf_sync s = {
+		.flags = (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW,
+	};
+
+	ioctl(b->fd, DMA_BUF_IOCTL_SYNC, &s);
+}
+
+static void fill(struct buf *b, size_t from, size_t len, unsigned int seed, int host)
+{
+	size_t i;
+
+	cpu_access(b, 1);
+	for (i = 0; i < len; i++)
+		b->map[from + i] = host ? hpat(i, seed) : pat(from + i, seed);
+	cpu_access(b, 0);
+}
+
+static int sysfs_read_int(const char *path)
+{
+	char s[32] = "";
+	int fd = open(path, O_RDONLY), n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, s, sizeof(s) - 1);
+	close(fd);
+	return n > 0 ? atoi(s) : -1;
+}
+
+static int sysfs_write_int(const char *path, int v)
+{
+	char s[32];
+	int fd = open(path, O_WRONLY), n;
+
+	if (fd < 0)
+		return -errno;
+	n = snprintf(s, sizeof(s), "%d", v);
+	n = write(fd, s, n) < 0 ? -errno : 0;
+	close(fd);
+	return n;
+}
+
+/*
+ * kmemleak scans every 600 s of guest time; a 64 MiB copy is 3,279 s of it, and each scan of a
+ * debug kernel costs about a minute of TCG. Automatic scans are off while this test runs (the
+ * suite's final kmemleak check scans explicitly) and back on afterwards.
+ */
+#define KMEMLEAK "/sys/kernel/debug/kmemleak"
+static int kmemleak_paused;
+
+static int kmemleak_write(const char *cmd)
+{
+	int fd = open(KMEMLEAK, O_WRONLY), r;
+
+	if (fd < 0)
+		return -errno;
+	r = write(fd, cmd, strlen(cmd)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+__attribute__((constructor)) static void kmemleak_pause(void)
+{
+	kmemleak_paused = !kmemleak_write("scan=off");
+}
+
+__attribute__((destructor)) static void kmemleak_resume(void)
+{
+	if (kmemleak_paused && kmemleak_write("scan=on"))
+		fprintf(stderr, "# could not turn kmemleak's automatic scans back on\n");
+}
+
+FIXTURE(engine)
+{
+	int dev, p2p, spacer, old_limit;
+	struct buf d1, d2, s1, s2;
+};
+
+FIXTURE_SETUP(engine)
+{
+	struct p2pbuf_provider_info p = { .size = sizeof(p) };
+	struct p2pbuf_alloc sp = { .size = sizeof(sp) };
+	struct buf *all[] = { &self->d1, &self->d2, &self->s1, &self->s2 };
+	size_t i;
+
+	self->p2p = self->spacer = self->old_limit = -1;
+	for (i = 0; i < 4; i++)
+		all[i]->fd = all[i]->memfd = -1;
+	self->dev = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	if (self->dev < 0)
+		SKIP(return, DMA_DEV ": %s (no edu device, or p2pbuf_importer not loaded)",
+		     strerror(errno));
+	self->p2p = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
+	if (self->p2p < 0)
+		SKIP(return, "/dev/p2pbuf: %s", strerror(errno));
+	if (access("/dev/udmabuf", F_OK))
+		SKIP(return, "no /dev/udmabuf");
+	/* udmabuf refuses buffers over size_limit_mb (64 by default): allow ours. */
+	self->old_limit = sysfs_read_int(UDMABUF_LIMIT);
+	if (self->old_limit >= 0 && self->old_limit < (int)(BUF_SIZE / MIB) + 1)
+		ASSERT_EQ(0, sysfs_write_int(UDMABUF_LIMIT, BUF_SIZE / MIB + 1));
+	/* Device buffers above the first quarter of the BAR (the host check's data stays). */
+	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_PROVIDER_INFO, &p));
+	ASSERT_GE(p.free, 2 * BUF_SIZE + p.total / 4);
+	sp.length = (p.total / 4) & ~(PAGE - 1);
+	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_ALLOC, &sp));
+	self->spacer = sp.fd;
+}
+
+/*
+ * Two device buffers and two system buffers of `size` bytes, imported into the engine. (Each
+ * test allocates what it needs: zeroing 64 MiB of device memory costs seconds under TCG.)
+ */
+static int alloc_bufs(struct __test_metadata *_metadata, FIXTURE_DATA(engine) *self,
+		      size_t size)
+{
+	struct p2pbuf_dma_import info = { .size = sizeof(info) };
+	struct buf *all[] = { &self->d1, &self->d2, &self->s1, &self->s2 };
+	size_t i;
+	int r;
+
+	ASSERT_EQ(0, devbuf_alloc(self->p2p, &self->d1, size));
+	ASSERT_EQ(0, devbuf_alloc(self->p2p, &self->d2, size));
+	r = udmabuf_alloc(&self->s1, size);
+	ASSERT_EQ(0, r) TH_LOG("udmabuf of %zu bytes: %s", size, strerror(-r));
+	ASSERT_EQ(0, udmabuf_alloc(&self->s2, size));
+	for (i = 0; i < 4; i++) {
+		info.fd = all[i]->fd;
+		r = ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &info) ? -errno : (int)info.handle;
+		if (r == -EOPNOTSUPP)
+			SKIP(return -1, "the exporter refuses the engine: no P2P path on this fabric");
+		ASSERT_GT(r, 0) TH_LOG("import %s memory: %s", all[i]->what, strerror(-r));
+		all[i]->handle = r;
+		TH_LOG("%s buffer %zu, %zu bytes: map type %u, %u DMA range(s)", all[i]->what, i,
+		       size, info.map_type, info.nr_ranges);
+	}
+	return 0;
+}
+
+FIXTURE_TEARDOWN(engine)
+{
+	buf_free(&self->d1);
+	buf_free(&self->d2);
+	buf_free(&self->s1);
+	buf_free(&self->s2);
+	if (self->spacer >= 0)
+		close(self->spacer);
+	if (self->old_limit >= 0)
+		sysfs_write_int(UDMABUF_LIMIT, self->old_limit);
+	if (self->p2p >= 0)
+		close(self->p2p);
+	if (self->dev >= 0)
+		close(self->dev);
+}
+
+/*
+ * Copies src[soff..+len] to dst[doff..+len] and checks dst from doff - MARGIN to
+ * doff + len + MARGIN (whole buffer when `whole`): the range holds the source's bytes, the
+ * margins their old contents. host: fill the source with the host check's pattern for `seed`
+ * (counted from soff) and print the host check request. Returns the bad bytes, or -errno.
+ */
+static long copy_check(struct __test_metadata *_metadata, int dev, struct buf *src, size_t soff,
+		       struct buf *dst, size_t doff, size_t len, unsigned int seed, int host)
+{
+	struct p2pbuf_dma_copy a = {
+		.size = sizeof(a),
+		.src_handle = src->handle, .src_offset = soff,
+		.dst_handle = dst->handle, .dst_offset = doff, .len = len,
+	};
+	size_t lo = doff > MARGIN ? doff - MARGIN : 0;
+	size_t hi = doff + len + MARGIN < dst->size ? doff + len + MARGIN : dst->size;
+	size_t i, bad = 0, first = 0;
+	double t;
+	int r;
+
+	fill(src, soff, len, seed, host);
+	fill(dst, lo, hi - lo, seed + 1000, 0);
+	t = now();
+	r = ioctl(dev, P2PBUF_DMA_IOCTL_COPY, &a);
+	t = now() - t;
+	if (r < 0) {
+		r = -errno;
+		TH_LOG("%s -> %s, %zu bytes %zu -> %zu: %s after %llu bytes", src->what, dst->what,
+		       len, soff, doff, strerror(-r), (unsigned long long)a.copied);
+		return r;
+	}
+	EXPECT_EQ((long)len, (long)r);
+	EXPECT_EQ((__u64)len, a.copied);
+	EXPECT_GE(a.nr_transfers, 2 * ((len + WINDOW - 1) / WINDOW));
+	cpu_access(dst, 1);
+	for (i = lo; i < hi; i++) {
+		uint8_t want;
+
+		if (i < doff || i >= doff + len)
+			want = pat(i, seed + 1000);
+		else if (host)
+			want = hpat(i - doff, seed);
+		else
+			want = pat(i - doff + soff, seed);
+		if (dst->map[i] != want && !bad++)
+			first = i;
+	}
+	cpu_access(dst, 0);
+	if (bad) {
+		TH_LOG("%s -> %s, %zu bytes %zu -> %zu: %zu bad bytes, first at %zu", src->what,
+		       dst->what, len, soff, doff, bad, first);
+	} else {
+		printf("# %-6s -> %-6s %9zu bytes %5zu -> %5zu: ok, %6u transfers, %8.1f s guest time\n",
+		       src->what, dst->what, len, soff, doff, a.nr_transfers, t);
+		fflush(stdout);
+	}
+	if (host && !bad && !strcmp(dst->what, "device")) {
+		printf("# hostcheck target=gpu offset=%llu len=%zu seed=%u\n",
+		       (unsigned long long)(dst->bar_offset + doff), len, seed);
+		fflush(stdout);
+	}
+	return (long)bad;
+}
+
+/* Every size class the window arithmetic has an edge at, in all four directions. */
+TEST_F_TIMEOUT(engine, sweep_1_byte_to_4_mib, 3600)
+{
+	const size_t sizes[] = {
+		1, 2, 3, WINDOW - 1, WINDOW, WINDOW + 1, PAGE, PAGE + 1, 2 * WINDOW,
+		2 * WINDOW + 1, 3 * PAGE + 17, 64 * 1024 + 1, MIB + 7, 4 * MIB - 3,
+	};
+	const struct { size_t soff, doff; } offs[] = {
+		{ 0, 0 }, { 1, PAGE - 1 }, { PAGE - 1, 3 }, { 5 * PAGE + 13, 7 * PAGE + 4093 },
+	};
+	struct buf *pairs[4][2] = {
+		{ &self->d1, &self->d2 }, { &self->d1, &self->s1 },
+		{ &self->s1, &self->d1 }, { &self->s1, &self->s2 },
+	};
+	size_t i, p;
+	unsigned int seed = 1;
+
+	if (alloc_bufs(_metadata, self, 4 * MIB + 16 * PAGE))
+		return;
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		for (p = 0; p < 4; p++) {
+			size_t k = (i + p) % 4;
+
+			ASSERT_EQ(0, copy_check(_metadata, self->dev, pairs[p][0], offs[k].soff,
+						pairs[p][1], offs[k].doff, sizes[i], seed++, 0));
+		}
+}
+
+/*
+ * 16 MiB device to device, then 64 MiB device to device, device to system, and system to
+ * device (last, host-checked: its bytes stay in the BAR when the VM ends), all at unaligned
+ * offsets. One test: the buffers are allocated and zeroed once.
+ */
+TEST_F_TIMEOUT(engine, copy_16_mib_and_64_mib, 4 * TIMEOUT_64MIB)
+{
+	if (alloc_bufs(_metadata, self, BUF_SIZE))
+		return;
+	EXPECT_EQ(0, copy_check(_metadata, self->dev, &self->d1, 3, &self->d2, PAGE - 2,
+				16 * MIB + 5, 101, 0));
+	EXPECT_EQ(0, copy_check(_metadata, self->dev, &self->d1, PAGE - 3, &self->d2, 7, 64 * MIB,
+				102, 0));
+	EXPECT_EQ(0, copy_check(_metadata, self->dev, &self->d2, 1, &self->s1, PAGE - 1, 64 * MIB,
+				103, 0));
+	EXPECT_EQ(0, copy_check(_metadata, self->dev, &self->s2, PAGE - 2, &self->d1, 5, 64 * MIB,
+				104, 1));
+}
+
+TEST_HARNESS_MAIN
