@@ -10,6 +10,7 @@ mod initramfs;
 mod kernel;
 mod ktap;
 mod modules;
+mod nodes;
 mod patches;
 mod rdma;
 mod setup;
@@ -130,8 +131,9 @@ enum Cmd {
         /// Only run in-VM tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu. Default: all
-        /// of them, or one boot of the whole suite when --topology/--cpu/--iommu are given.
+        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, and two-nodes
+        /// (two VMs on one link, RDMA between them). Default: all of them, or one boot of the
+        /// whole suite when --topology/--cpu/--iommu are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
@@ -180,6 +182,9 @@ enum Cmd {
         vm: VmOpts,
         #[arg(long, default_value_t = 900)]
         timeout: u64,
+        /// 2: two VMs joined by a network, node B RDMA-writing into node A's device memory.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+        nodes: u8,
     },
 }
 
@@ -254,11 +259,23 @@ fn vm_tests(
 ) -> Result<()> {
     let custom =
         names.is_empty() && (vm.topology != Topology::Switch || vm.iommu || vm.cpu != "max");
+    // The two-node stage is a pseudo-boot: last, and by name or when no boot is named.
+    let two_nodes = !custom
+        && (names.is_empty() || names.iter().any(|n| n == nodes::BOOT_NAME))
+        && filter.is_none_or(|f| nodes::TEST_NAME.contains(f))
+        && inject.is_none();
+    let single: Vec<String> = names
+        .iter()
+        .filter(|n| *n != nodes::BOOT_NAME)
+        .cloned()
+        .collect();
     let boots: Vec<Option<boots::Boot>> = if custom {
         vec![None]
+    } else if !names.is_empty() && single.is_empty() {
+        vec![]
     } else {
-        let b = boots::select(names, filter, &vm_test_names(ctx))?;
-        if b.is_empty() {
+        let b = boots::select(&single, filter, &vm_test_names(ctx))?;
+        if b.is_empty() && !two_nodes {
             bail!(
                 "--filter {:?} selects no in-VM test on any boot",
                 filter.unwrap_or("")
@@ -273,8 +290,7 @@ fn vm_tests(
         if let Some(b) = b {
             println!("    boot {label}: {}", b.why);
         }
-        let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
-        match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
+        match vm_test(ctx, files, vm, b.as_ref(), timeout, filter, inject) {
             Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
             Err(e) => {
                 summary.push(format!("{label}: FAILED ({e:#})"));
@@ -282,7 +298,28 @@ fn vm_tests(
             }
         }
     }
-    if boots.len() > 1 {
+    if two_nodes {
+        println!(
+            "    boot {}: two VMs on one network link, node B RDMA-writes into node A's device memory",
+            nodes::BOOT_NAME
+        );
+        let label = nodes::BOOT_NAME;
+        match nodes::two_nodes(
+            ctx,
+            &vm.config(Mode::Node),
+            &files.kernel,
+            &files.initrd,
+            Duration::from_secs(timeout),
+            false,
+        ) {
+            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
+            Err(e) => {
+                summary.push(format!("{label}: FAILED ({e:#})"));
+                failed.push(label.to_string());
+            }
+        }
+    }
+    if boots.len() + usize::from(two_nodes) > 1 {
         heading("vm: summary of all boots");
         for l in &summary {
             println!("    {l}");
@@ -535,7 +572,26 @@ fn real_main(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { build, vm, timeout } => {
+        Cmd::Run {
+            build,
+            vm,
+            timeout,
+            nodes: 2,
+        } => {
+            let files = build_all(&ctx, &build)?;
+            nodes::two_nodes(
+                &ctx,
+                &vm.config(Mode::Node),
+                &files.kernel,
+                &files.initrd,
+                Duration::from_secs(timeout),
+                true,
+            )
+            .map(drop)
+        }
+        Cmd::Run {
+            build, vm, timeout, ..
+        } => {
             let files = build_all(&ctx, &build)?;
             let cfg = vm.config(Mode::Run);
             heading("run: booting the lab (TCG); the guest narrates from here");

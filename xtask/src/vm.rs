@@ -26,6 +26,8 @@ pub enum Mode {
     Run,
     Shell,
     Bench,
+    /// One node of `--nodes 2` (tests/vm/two-nodes.sh).
+    Node,
 }
 
 impl Mode {
@@ -35,6 +37,7 @@ impl Mode {
             Mode::Run => "run",
             Mode::Shell => "shell",
             Mode::Bench => "bench",
+            Mode::Node => "node",
         }
     }
 }
@@ -59,6 +62,20 @@ pub struct VmConfig {
     pub mode: Mode,
     /// Extra kernel command line words.
     pub append: Vec<String>,
+    /// The NIC's network: QEMU's user networking (None), or a link to another VM.
+    pub link: Option<NodeLink>,
+}
+
+/// A point-to-point Ethernet link between two VMs: UDP datagrams on the host's loopback
+/// (`-netdev dgram`), one port per end. Nothing else is on the link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeLink {
+    /// UDP port this VM receives on.
+    pub local_port: u16,
+    /// UDP port the peer VM receives on.
+    pub remote_port: u16,
+    /// The NIC's MAC address (each node needs its own).
+    pub mac: String,
 }
 
 impl Default for VmConfig {
@@ -76,6 +93,7 @@ impl Default for VmConfig {
             cmb_mib: 64,
             mode: Mode::Test,
             append: vec![],
+            link: None,
         }
     }
 }
@@ -229,7 +247,20 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
             p(&files.nvme)
         ),
     ]);
-    push(&["-netdev", "user,id=net0"]);
+    match &cfg.link {
+        None => push(&["-netdev", "user,id=net0"]),
+        Some(l) => push(&[
+            "-netdev",
+            &format!(
+                "dgram,id=net0,local.type=inet,local.host=127.0.0.1,local.port={},remote.type=inet,remote.host=127.0.0.1,remote.port={}",
+                l.local_port, l.remote_port
+            ),
+        ]),
+    }
+    let mac = cfg
+        .link
+        .as_ref()
+        .map_or(String::new(), |l| format!(",mac={}", l.mac));
     // The fabric: the bus each device plugs into.
     let buses: Vec<String> = match cfg.topology {
         Topology::Switch => {
@@ -271,7 +302,7 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
                 cfg.cmb_mib
             ),
             "edu" => format!("edu,dma_mask=0xffffffffffffffff,bus={bus},id=edu0"),
-            _ => format!("virtio-net-pci,netdev=net0,bus={bus},id=nic0"),
+            _ => format!("virtio-net-pci,netdev=net0,bus={bus},id=nic0{mac}"),
         };
         push(&["-device", &d]);
     }
@@ -354,6 +385,24 @@ mod tests {
         assert!(s.contains("-cpu EPYC"));
         // The IOMMU must come before the devices it translates for.
         assert!(s.find("intel-iommu").unwrap() < s.find("ivshmem-plain").unwrap());
+    }
+
+    #[test]
+    fn nodes_are_linked_by_udp_on_loopback() {
+        let cfg = VmConfig {
+            mode: Mode::Node,
+            link: Some(NodeLink {
+                local_port: 40001,
+                remote_port: 40002,
+                mac: "52:54:00:00:0a:01".into(),
+            }),
+            ..Default::default()
+        };
+        let s = joined(&cfg);
+        assert!(s.contains("-netdev dgram,id=net0,local.type=inet,local.host=127.0.0.1,local.port=40001,remote.type=inet,remote.host=127.0.0.1,remote.port=40002"));
+        assert!(s.contains("virtio-net-pci,netdev=net0,bus=dp3,id=nic0,mac=52:54:00:00:0a:01"));
+        assert!(s.contains("p2pbuf.mode=node"));
+        assert!(!s.contains("user,id=net0"));
     }
 
     #[test]

@@ -94,6 +94,18 @@ pub fn print_result(r: &TestResult) {
 }
 
 pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> Result<Outcome> {
+    boot_and_watch_with(ctx, cfg, files, w, &mut |_| {})
+}
+
+/// As [`boot_and_watch`], handing every console line to `on_line` as it arrives (the
+/// two-node run narrates from it).
+pub fn boot_and_watch_with(
+    ctx: &Ctx,
+    cfg: &VmConfig,
+    files: &VmFiles,
+    w: &Watch,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<Outcome> {
     files.prepare(cfg)?;
     let console_log = ctx.log_path(&format!("console-{}", w.label));
     let mut log = fs::File::create(&console_log)?;
@@ -137,6 +149,7 @@ pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> 
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(line) => {
                 writeln!(log, "{line}")?;
+                on_line(&line);
                 if w.echo_console {
                     println!("{line}");
                 }

@@ -1,0 +1,269 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# One node of the two-node run (`cargo xtask run --nodes 2`, and the two-nodes stage of
+# `cargo xtask test`; xtask/src/nodes.rs). /init runs it for p2pbuf.mode=node with its
+# stdout on ttyS1: a KTAP document the host parses. What it does is also told on the
+# console, on lines starting with "p2pbuf-node: " (the host shows them for `run`).
+#
+# The two VMs share one Ethernet link (QEMU -netdev dgram on the host's loopback); rxe runs
+# on each NIC.
+# - node A (p2pbuf.node=a): exports 64 MiB of device memory (p2pbuf, the ivshmem BAR),
+#   registers it with ibv_reg_dmabuf_mr and serves RDMA clients; its server verifies every
+#   write through the dma-buf's mmap, and the host checks the ivshmem backing file ("#
+#   hostcheck" lines).
+# - node B (p2pbuf.node=b): RDMA-WRITEs the lab pattern at several offsets into A's device
+#   memory, then RDMA-READs two of the ranges back and checks them.
+# The nodes wait for each other over TCP on the link (busybox nc), each wait with a timeout:
+# A tells B its memory is registered (port 7491), B tells A it is done (port 7492).
+. /p2pbuf/lib.sh
+. /p2pbuf/rdma-lib.sh
+ROLE=$(cmdline_arg node)
+RXE_IP=$(cmdline_arg ip)
+PEER=$(cmdline_arg peer)
+PORT=7490       # rdma_cm (A's server)
+READY_PORT=7491 # A -> B: the memory is registered
+DONE_PORT=7492  # B -> A: B's results
+SIZE=64M
+WAIT=300 # seconds a node waits for the other (each wait)
+# The RDMA WRITEs B makes: size, offset into A's region, pattern seed. Reads: the same
+# format; each must read back what a write put there.
+WRITES="4M:0:51 5M:9M:52 3M:61M:53"
+READS="4M:0:51 3M:61M:53"
+
+# say TEXT: tell the person (console) and the log (a KTAP diagnostic).
+say() {
+	echo "p2pbuf-node: $*" >/dev/console
+	echo "# $*"
+}
+ok() {
+	ktap_ok "$*"
+	say "ok: $*"
+}
+fail() {
+	ktap_fail "$*"
+	say "FAILED: $*"
+}
+# check NAME CMD...: ok if CMD succeeds.
+check() {
+	_name=$1
+	shift
+	if "$@"; then ok "$_name"; else fail "$_name"; fi
+}
+# skip_rest WHY: the remaining planned steps are skipped (an earlier one failed).
+skip_rest() {
+	while [ $_n -lt $PLAN ]; do ktap_skip "step $((_n + 1))" "$1"; done
+	say "skipped the remaining steps: $1"
+}
+bytes() {
+	case $1 in
+	*M) echo $((${1%M} << 20)) ;;
+	*k) echo $((${1%k} << 10)) ;;
+	*) echo "$1" ;;
+	esac
+}
+# wait_peer: until the peer answers a ping (it boots at the same time as this node).
+wait_peer() {
+	_t0=$(date +%s)
+	while [ $(($(date +%s) - _t0)) -lt $WAIT ]; do
+		ping -c 1 -W 1 "$PEER" >/dev/null 2>&1 && return 0
+		sleep 1
+	done
+	return 1
+}
+# kmemleak_step: as run-tests.sh's last test.
+kmemleak_step() {
+	if [ -w /sys/kernel/debug/kmemleak ]; then
+		echo scan >/sys/kernel/debug/kmemleak
+		echo scan >/sys/kernel/debug/kmemleak
+		leaks=$(cat /sys/kernel/debug/kmemleak)
+		if [ -z "$leaks" ]; then
+			ok "no kernel memory leaks on node $ROLE (kmemleak scan)"
+		else
+			echo "$leaks" | sed 's/^/    # /'
+			fail "kernel memory leaks on node $ROLE: $(echo "$leaks" | grep -c unreferenced) unreferenced object(s)"
+		fi
+	else
+		ktap_skip "kmemleak" "no /sys/kernel/debug/kmemleak"
+	fi
+}
+
+if [ -w /sys/kernel/debug/kmemleak ]; then
+	echo scan >/sys/kernel/debug/kmemleak
+	echo clear >/sys/kernel/debug/kmemleak
+fi
+load_modules || say "could not load the p2pbuf modules (see dmesg)"
+echo "KTAP version 1"
+case "$ROLE" in
+a) PLAN=12 ;;
+b) PLAN=10 ;;
+*)
+	echo "1..1"
+	echo "not ok 1 two-nodes # p2pbuf.node=$ROLE: want a or b"
+	exit 1
+	;;
+esac
+echo "1..$PLAN"
+say "node $(echo "$ROLE" | tr ab AB): $RXE_IP, peer $PEER, kernel $(uname -r)"
+if rxe_setup; then
+	ok "rxe0 on $RXE_NETDEV ($RXE_IP), port ACTIVE, RoCE v2 GID index $(rxe_gid_index)"
+else
+	fail "rxe0 on $RXE_NETDEV ($RXE_IP)"
+	skip_rest "no rxe0"
+	exit 1
+fi
+t0=$(date +%s)
+say "waiting (up to ${WAIT}s) for $PEER to answer on the link"
+if wait_peer; then
+	ok "the peer $PEER answers on the link (after $(($(date +%s) - t0))s)"
+else
+	fail "the peer $PEER did not answer within ${WAIT}s"
+	skip_rest "no peer"
+	exit 1
+fi
+
+if [ "$ROLE" = a ]; then
+	# Node A: device memory, registered, served.
+	nclients=$(($(echo $WRITES | wc -w) + $(echo $READS | wc -w)))
+	rm -f /tmp/b-report
+	timeout $((WAIT * 2)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
+	done_nc=$!
+	p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients $nclients --timeout $WAIT >/tmp/serve.txt 2>&1 &
+	srv=$!
+	if wait_for /tmp/serve.txt "listening on" 60 && grep -q "with ibv_reg_dmabuf_mr" /tmp/serve.txt; then
+		comment /tmp/serve.txt
+		buf=$(grep "^buffer .*: $(bytes $SIZE) bytes at BAR offset" /sys/kernel/debug/p2pbuf/buffers | tail -1)
+		BAR_OFF=$(echo "$buf" | sed -n 's/.* at BAR offset \(0x[0-9a-f]*\),.*/\1/p')
+		map=$(sed -n 's/^  attached: \(.*\)/\1/p' /sys/kernel/debug/p2pbuf/buffers | tail -1)
+		say "allocated $SIZE of device memory: ${buf%%, maps*}"
+		say "rxe0 attached it through its NIC: $map"
+		say "$(grep 'mr:' /tmp/serve.txt | sed 's/^ *//')"
+		if [ -n "$BAR_OFF" ]; then
+			ok "$SIZE of device memory at BAR offset $BAR_OFF registered on rxe0 with ibv_reg_dmabuf_mr (attached: $map)"
+		else
+			fail "registered, but the buffer is not in /sys/kernel/debug/p2pbuf/buffers"
+		fi
+	else
+		comment /tmp/serve.txt
+		fail "$SIZE of device memory registered on rxe0 with ibv_reg_dmabuf_mr"
+		kill $srv $done_nc 2>/dev/null
+		skip_rest "no registered memory"
+		exit 1
+	fi
+	say "telling B (port $READY_PORT) that the memory is ready; waiting up to ${WAIT}s for it"
+	t0=$(date +%s)
+	if echo "ready $SIZE at BAR offset $BAR_OFF" | timeout $WAIT nc -l -p $READY_PORT >/dev/null 2>&1; then
+		ok "node B picked up the rendezvous after $(($(date +%s) - t0))s"
+	else
+		fail "node B never came for the rendezvous (${WAIT}s)"
+		kill $srv $done_nc 2>/dev/null
+		skip_rest "node B never came"
+		exit 1
+	fi
+	# Follow the server: each client's verdict as it comes.
+	shown=0
+	while kill -0 $srv 2>/dev/null; do
+		n=$(grep -c '^client ' /tmp/serve.txt)
+		if [ "$n" -gt $shown ]; then
+			grep '^client ' /tmp/serve.txt | sed -n "$((shown + 1)),${n}p" | while read -r l; do say "server: $l"; done
+			shown=$n
+		fi
+		sleep 1
+	done
+	wait $srv
+	src=$?
+	comment /tmp/serve.txt
+	i=0
+	for w in $WRITES $READS; do
+		i=$((i + 1))
+		# shellcheck disable=SC2046
+		set -- $(echo "$w" | tr : ' ')
+		sz=$1 off=$2 seed=$3
+		op=WRITE
+		[ $i -gt $(echo $WRITES | wc -w) ] && op=READ
+		l=$(grep "^client $i " /tmp/serve.txt)
+		if echo "$l" | grep -q "RDMA $op of .* at offset $(bytes $off) (seed $seed): verified"; then
+			if [ $op = WRITE ]; then
+				ok "B's RDMA WRITE of $sz at offset $off (seed $seed) verified through the dma-buf's mmap"
+				echo "# hostcheck target=gpu offset=$((BAR_OFF + $(bytes $off))) len=$(bytes $sz) seed=$seed"
+			else
+				ok "B's RDMA READ of $sz at offset $off served from device memory holding seed $seed's pattern"
+			fi
+		else
+			fail "client $i: want B's RDMA $op of $sz at offset $off (seed $seed) verified; got: ${l:-nothing}"
+		fi
+	done
+	check "server: $(sed -n 's/^done: \(.*\);.*/\1/p' /tmp/serve.txt) (exit $src)" \
+		grep -q "^done: $nclients client(s) verified, 0 failed" /tmp/serve.txt
+	say "waiting for B's report (port $DONE_PORT)"
+	wait $done_nc
+	if [ -s /tmp/b-report ]; then
+		ok "node B reported: $(head -1 /tmp/b-report)"
+	else
+		fail "node B sent no report"
+	fi
+	kmemleak_step
+	ktap_exit
+fi
+
+# Node B: wait for A's memory, write into it, read back.
+say "waiting (up to ${WAIT}s) for A's rendezvous on $PEER:$READY_PORT"
+t0=$(date +%s)
+ready=""
+while [ $(($(date +%s) - t0)) -lt $WAIT ]; do
+	ready=$(timeout 5 nc "$PEER" $READY_PORT </dev/null 2>/dev/null)
+	case "$ready" in ready*) break ;; esac
+	sleep 2
+done
+case "$ready" in
+ready*) ok "node A is ready after $(($(date +%s) - t0))s: ${ready#ready }" ;;
+*)
+	fail "node A did not get ready within ${WAIT}s"
+	skip_rest "node A not ready"
+	exit 1
+	;;
+esac
+passed=0
+total=0
+for w in $WRITES; do
+	# shellcheck disable=SC2046
+	set -- $(echo "$w" | tr : ' ')
+	sz=$1 off=$2 seed=$3
+	total=$((total + 1))
+	timeout 300 p2pbuf rdma write --server "$PEER:$PORT" --size "$sz" --offset "$off" --pattern "$seed" --lab-pattern --timeout 60 >/tmp/w.txt 2>&1
+	rc=$?
+	comment /tmp/w.txt
+	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/w.txt && grep -q "^OK" /tmp/w.txt; then
+		ok "RDMA WRITE of $sz at offset $off (seed $seed) into A's device memory, verified by A: $(rate /tmp/w.txt)"
+		passed=$((passed + 1))
+	else
+		fail "RDMA WRITE of $sz at offset $off (seed $seed) into A's device memory: exit $rc"
+	fi
+done
+for r in $READS; do
+	# shellcheck disable=SC2046
+	set -- $(echo "$r" | tr : ' ')
+	sz=$1 off=$2 seed=$3
+	total=$((total + 1))
+	timeout 300 p2pbuf rdma read --server "$PEER:$PORT" --size "$sz" --offset "$off" --pattern "$seed" --lab-pattern --timeout 60 >/tmp/r.txt 2>&1
+	rc=$?
+	comment /tmp/r.txt
+	if [ $rc -eq 0 ] && grep -q "^OK" /tmp/r.txt; then
+		ok "RDMA READ of $sz at offset $off from A's device memory is seed $seed's pattern: $(rate /tmp/r.txt)"
+		passed=$((passed + 1))
+	else
+		fail "RDMA READ of $sz at offset $off (seed $seed) from A's device memory: exit $rc"
+	fi
+done
+report="$passed of $total RDMA operations verified"
+t0=$(date +%s)
+sent=0
+while [ $(($(date +%s) - t0)) -lt 60 ]; do
+	if echo "$report" | timeout 5 nc "$PEER" $DONE_PORT >/dev/null 2>&1; then
+		sent=1
+		break
+	fi
+	sleep 2
+done
+check "told A: $report" test $sent = 1
+kmemleak_step
+ktap_exit
