@@ -290,7 +290,8 @@ fn vm_tests(
         if let Some(b) = b {
             println!("    boot {label}: {}", b.why);
         }
-        match vm_test(ctx, files, vm, b.as_ref(), timeout, filter, inject) {
+        let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
+        match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
             Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
             Err(e) => {
                 summary.push(format!("{label}: FAILED ({e:#})"));
