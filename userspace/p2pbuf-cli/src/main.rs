@@ -5,6 +5,7 @@
 //! RDMA device, no /dev/udmabuf), 2 for usage errors (including an invalid
 //! surface description).
 
+mod p2ppath;
 mod rdma;
 mod target;
 mod xfer;

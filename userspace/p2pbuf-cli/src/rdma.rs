@@ -374,7 +374,9 @@ fn register(pd: &Pd, mem: Memory, b: &BufArgs) -> p2pbuf::Result<Registered> {
             let len = b
                 .length
                 .unwrap_or_else(|| d.size().saturating_sub(offset) as usize);
-            let mr = pd.reg_dmabuf_mr(offset, len, iova, d.as_fd(), b.access)?;
+            let mr = pd
+                .reg_dmabuf_mr(offset, len, iova, d.as_fd(), b.access)
+                .map_err(|e| crate::p2ppath::explain_dmabuf_refusal(e, pd, d.exporter()))?;
             RegMr::DmaBuf {
                 mr,
                 buf: Some(d),

@@ -1,0 +1,313 @@
+//! Why an exporter of device memory refused an RDMA device: the PCI path between the NIC
+//! that an RDMA device attaches dma-bufs with and the memory's PCI device, from sysfs, and
+//! the p2pbuf exporter's own record of the refusal (its debugfs).
+//!
+//! rxe attaches a dma-buf with the closest PCI ancestor of its net device, so the exporter
+//! decides as it would for a hardware NIC in that slot. When the two devices share no PCIe
+//! switch, the only path is through the host bridge, which the kernel's p2pdma allows for
+//! AMD Zen CPUs and for whitelisted host bridges only (`drivers/pci/p2pdma.c`); elsewhere the
+//! map type is `NOT_SUPPORTED` and the exporter answers `EOPNOTSUPP`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use p2pbuf::Error;
+use p2pbuf_rdma::verbs::errnos::EOPNOTSUPP;
+use p2pbuf_rdma::Pd;
+
+/// Where a PCI device sits: its address, the bridges above it (nearest first, PCI addresses)
+/// and its host bridge (`pci0000:00`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PciPath {
+    pub dev: String,
+    pub bridges: Vec<String>,
+    pub host: String,
+}
+
+fn is_pci_addr(s: &str) -> bool {
+    // DDDD:BB:DD.F
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && s.chars()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+impl PciPath {
+    /// From a resolved sysfs device path (`/sys/devices/pci0000:00/0000:00:04.0/0000:04:00.0`
+    /// or a child of a PCI device such as `.../0000:04:00.0/virtio0/net/eth0`): the closest
+    /// PCI device on it.
+    pub fn from_sysfs(path: &str) -> Option<PciPath> {
+        let mut host = None;
+        let mut chain: Vec<String> = vec![];
+        for c in path.split('/') {
+            if host.is_none() {
+                if c.starts_with("pci") && c.contains(':') {
+                    host = Some(c.to_string());
+                }
+                continue;
+            }
+            if is_pci_addr(c) {
+                chain.push(c.to_string());
+            } else {
+                break;
+            }
+        }
+        let dev = chain.pop()?;
+        chain.reverse();
+        Some(PciPath {
+            dev,
+            bridges: chain,
+            host: host?,
+        })
+    }
+
+    /// The bridge nearest to both devices, or None when only the host bridge joins them.
+    pub fn common_bridge(&self, other: &PciPath) -> Option<String> {
+        if self.host != other.host {
+            return None;
+        }
+        self.bridges
+            .iter()
+            .find(|b| other.bridges.contains(b))
+            .cloned()
+    }
+
+    /// The root port (the bridge on the host bridge), if any.
+    pub fn root_port(&self) -> Option<&str> {
+        self.bridges.last().map(String::as_str)
+    }
+}
+
+/// A PCI device's path, from `/sys/bus/pci/devices/ADDR`.
+pub fn pci_path(addr: &str) -> Option<PciPath> {
+    let p = fs::canonicalize(format!("/sys/bus/pci/devices/{addr}")).ok()?;
+    PciPath::from_sysfs(&p.to_string_lossy())
+}
+
+/// The net device an RDMA device runs on, and the PCI device it attaches dma-bufs with.
+pub fn rdma_device_pci(ibdev: &str) -> Option<(String, PciPath)> {
+    let ib = PathBuf::from("/sys/class/infiniband").join(ibdev);
+    let netdev = fs::read_to_string(ib.join("parent"))
+        .or_else(|_| fs::read_to_string(ib.join("ports/1/gid_attrs/ndevs/0")))
+        .ok()?
+        .trim()
+        .to_string();
+    // A hardware RDMA device is a PCI function itself.
+    let from_ib = fs::canonicalize(ib.join("device")).ok();
+    let from_net = fs::canonicalize(Path::new("/sys/class/net").join(&netdev).join("device")).ok();
+    let p = from_net.or(from_ib)?;
+    Some((netdev, PciPath::from_sysfs(&p.to_string_lossy())?))
+}
+
+/// One provider of the p2pbuf exporter, as its debugfs `providers` file shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProviderRecord {
+    pub pci: String,
+    /// `(device, reason)` of recent refusals.
+    pub refusals: Vec<(String, String)>,
+}
+
+/// Parses `/sys/kernel/debug/p2pbuf/providers`: `provider N: PCI BARn ...` lines, each
+/// followed by `  refused DEV: WHY` lines.
+pub fn parse_providers(text: &str) -> Vec<ProviderRecord> {
+    let mut v: Vec<ProviderRecord> = vec![];
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("provider ") {
+            if let Some((_, r)) = rest.split_once(": ") {
+                v.push(ProviderRecord {
+                    pci: r.split_whitespace().next().unwrap_or("").to_string(),
+                    refusals: vec![],
+                });
+            }
+        } else if let Some(rest) = l.trim_start().strip_prefix("refused ") {
+            if let (Some(p), Some((d, why))) = (v.last_mut(), rest.split_once(": ")) {
+                p.refusals.push((d.to_string(), why.to_string()));
+            }
+        }
+    }
+    v
+}
+
+fn describe(p: &PciPath) -> String {
+    match p.root_port() {
+        Some(rp) => format!("{} (under root port {rp})", p.dev),
+        None => format!("{} (on the host bridge {})", p.dev, p.host),
+    }
+}
+
+fn cpu_vendor() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("vendor_id"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Words for the path between `nic` and `mem`, and what p2pdma makes of it.
+pub fn explain_path(nic: &PciPath, mem: &PciPath, vendor: &str) -> String {
+    match nic.common_bridge(mem) {
+        Some(b) => format!(
+            "{} and the memory's {} are both below {b}: p2pdma maps that as BUS_ADDR unless ACS redirects the path (dmesg says so)",
+            describe(nic),
+            describe(mem)
+        ),
+        None => format!(
+            "map type NOT_SUPPORTED: {} and the memory's {} share no PCI switch, only the host bridge {}, and the kernel's p2pdma allows peer-to-peer through a host bridge only on AMD Zen CPUs (vendor AuthenticAMD) or whitelisted host bridges (this CPU: {vendor}). Put the NIC and the memory under one PCIe switch (`cargo xtask --topology switch`), or use a Zen CPU (`--cpu EPYC`)",
+            describe(nic),
+            describe(mem),
+            nic.host
+        ),
+    }
+}
+
+/// The last kernel log message (`/dev/kmsg`) that names `dev` and says peer-to-peer: p2pdma
+/// logs which devices share no bridge ("cannot be used for peer-to-peer DMA as the client
+/// and provider (...) do not share an upstream bridge or whitelisted host bridge").
+pub fn kernel_says(dev: &str) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK (x86-64, arm64): a read past the last record answers EAGAIN.
+    const O_NONBLOCK: i32 = 0o4000;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open("/dev/kmsg")
+        .ok()?;
+    let mut last = None;
+    let mut buf = vec![0u8; 8192];
+    // One record per read; stop at the end (EAGAIN) or on any error.
+    while let Ok(n) = f.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let rec = String::from_utf8_lossy(&buf[..n]);
+        let msg = rec.split_once(';').map_or(&*rec, |(_, m)| m);
+        let msg = msg.lines().next().unwrap_or("");
+        if msg.contains(dev) && msg.contains("peer-to-peer") {
+            last = Some(msg.to_string());
+        }
+    }
+    last
+}
+
+/// Why the p2pbuf exporter refused `ibdev` (EOPNOTSUPP from `ibv_reg_dmabuf_mr`), from sysfs
+/// and the exporter's debugfs; None when nothing points at the exporter.
+pub fn explain_refusal(ibdev: &str) -> Option<String> {
+    let (netdev, nic) = rdma_device_pci(ibdev)?;
+    let records = fs::read_to_string("/sys/kernel/debug/p2pbuf/providers")
+        .map(|t| parse_providers(&t))
+        .unwrap_or_default();
+    let refusal = records.iter().find_map(|p| {
+        p.refusals
+            .iter()
+            .rev()
+            .find(|(d, _)| *d == nic.dev)
+            .map(|(_, why)| (p.pci.clone(), why.clone()))
+    });
+    // Without the debugfs record (not mounted, not root), every provider is a candidate.
+    let mem_pci = match &refusal {
+        Some((pci, _)) => vec![pci.clone()],
+        None => p2pbuf::exporter::Exporter::open()
+            .and_then(|e| e.providers())
+            .map(|v| v.into_iter().map(|p| p.pci_name).collect())
+            .unwrap_or_default(),
+    };
+    let mut parts = vec![format!(
+        "{ibdev} attaches dma-bufs with {} (the PCI device of {netdev}), and the p2pbuf exporter {} it",
+        nic.dev,
+        if refusal.is_some() {
+            "refused"
+        } else {
+            "may have refused"
+        }
+    )];
+    match &refusal {
+        Some((_, why)) => parts.push(format!("its reason (debugfs p2pbuf/providers): {why}")),
+        None => parts.push(
+            "no refusal is recorded in /sys/kernel/debug/p2pbuf/providers: the rxe provider or kernel may lack dma-buf MR support instead".into(),
+        ),
+    }
+    for m in mem_pci.iter().filter_map(|a| pci_path(a)) {
+        parts.push(explain_path(&nic, &m, &cpu_vendor()));
+    }
+    if let Some(k) = kernel_says(&nic.dev) {
+        parts.push(format!("the kernel logged: {k}"));
+    }
+    Some(parts.join("; "))
+}
+
+/// EOPNOTSUPP from `ibv_reg_dmabuf_mr` of p2pbuf device memory on a kernel whose rxe has
+/// dma-buf MRs is the exporter refusing the NIC (no peer-to-peer path): say so, with the PCI
+/// path and the exporter's reason, instead of "no dma-buf MR support".
+pub fn explain_dmabuf_refusal(e: Error, pd: &Pd, exporter: &str) -> Error {
+    match e {
+        Error::Os {
+            what,
+            errno: EOPNOTSUPP,
+            check,
+        } if exporter.starts_with("p2pbuf") => Error::Os {
+            what,
+            errno: EOPNOTSUPP,
+            check: explain_refusal(pd.context().name()).or(check),
+        },
+        e => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(s: &str) -> PciPath {
+        PciPath::from_sysfs(s).unwrap()
+    }
+
+    #[test]
+    fn sysfs_paths() {
+        let nic = path("/sys/devices/pci0000:00/0000:00:04.0/0000:04:00.0/virtio0/net/eth0");
+        assert_eq!(nic.dev, "0000:04:00.0");
+        assert_eq!(nic.bridges, ["0000:00:04.0"]);
+        assert_eq!(nic.host, "pci0000:00");
+        assert_eq!(nic.root_port(), Some("0000:00:04.0"));
+        let sw =
+            path("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:03.0/0000:05:00.0");
+        assert_eq!(sw.bridges, ["0000:02:03.0", "0000:01:00.0", "0000:00:01.0"]);
+        assert!(PciPath::from_sysfs("/sys/devices/virtual/net/lo").is_none());
+        assert!(!is_pci_addr("virtio0"));
+    }
+
+    #[test]
+    fn paths_through_a_switch_or_the_host_bridge() {
+        let a = path("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0");
+        let b = path("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:03.0/0000:06:00.0");
+        assert_eq!(a.common_bridge(&b).as_deref(), Some("0000:01:00.0"));
+        let m = path("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0");
+        let n = path("/sys/devices/pci0000:00/0000:00:04.0/0000:04:00.0");
+        assert_eq!(m.common_bridge(&n), None);
+        let t = explain_path(&n, &m, "GenuineIntel");
+        assert!(t.contains("NOT_SUPPORTED"), "{t}");
+        assert!(t.contains("root port 0000:00:04.0"), "{t}");
+        assert!(t.contains("root port 0000:00:01.0"), "{t}");
+        assert!(t.contains("host bridge pci0000:00"), "{t}");
+        assert!(t.contains("this CPU: GenuineIntel"), "{t}");
+    }
+
+    #[test]
+    fn debugfs_providers() {
+        let t = "provider 0: 0000:01:00.0 BAR2 size 1024 MiB, 1 buffer(s)\n  refused 0000:04:00.0: no peer-to-peer path (see the kernel log for the blocking bridge)\nprovider 1: 0000:02:00.0 BAR2 size 64 MiB, 0 buffer(s)\n";
+        let v = parse_providers(t);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].pci, "0000:01:00.0");
+        assert_eq!(v[0].refusals[0].0, "0000:04:00.0");
+        assert!(v[0].refusals[0].1.starts_with("no peer-to-peer path"));
+        assert!(v[1].refusals.is_empty());
+    }
+}
