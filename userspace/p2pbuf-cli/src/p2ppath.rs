@@ -199,8 +199,9 @@ pub fn kernel_says(dev: &str) -> Option<String> {
 }
 
 /// Why the p2pbuf exporter refused `ibdev` (EOPNOTSUPP from `ibv_reg_dmabuf_mr`), from sysfs
-/// and the exporter's debugfs; None when nothing points at the exporter.
-pub fn explain_refusal(ibdev: &str) -> Option<String> {
+/// and the exporter's debugfs, and whether the exporter recorded the refusal; None when the
+/// RDMA device has no PCI device to look at.
+pub fn explain_refusal(ibdev: &str) -> Option<(String, bool)> {
     let (netdev, nic) = rdma_device_pci(ibdev)?;
     let records = fs::read_to_string("/sys/kernel/debug/p2pbuf/providers")
         .map(|t| parse_providers(&t))
@@ -229,11 +230,8 @@ pub fn explain_refusal(ibdev: &str) -> Option<String> {
             "may have refused"
         }
     )];
-    match &refusal {
-        Some((_, why)) => parts.push(format!("its reason (debugfs p2pbuf/providers): {why}")),
-        None => parts.push(
-            "no refusal is recorded in /sys/kernel/debug/p2pbuf/providers: the rxe provider or kernel may lack dma-buf MR support instead".into(),
-        ),
+    if let Some((_, why)) = &refusal {
+        parts.push(format!("its reason (debugfs p2pbuf/providers): {why}"));
     }
     for m in mem_pci.iter().filter_map(|a| pci_path(a)) {
         parts.push(explain_path(&nic, &m, &cpu_vendor()));
@@ -241,7 +239,7 @@ pub fn explain_refusal(ibdev: &str) -> Option<String> {
     if let Some(k) = kernel_says(&nic.dev) {
         parts.push(format!("the kernel logged: {k}"));
     }
-    Some(parts.join("; "))
+    Some((parts.join("; "), refusal.is_some()))
 }
 
 /// EOPNOTSUPP from `ibv_reg_dmabuf_mr` of p2pbuf device memory on a kernel whose rxe has
@@ -256,7 +254,13 @@ pub fn explain_dmabuf_refusal(e: Error, pd: &Pd, exporter: &str) -> Error {
         } if exporter.starts_with("p2pbuf") => Error::Os {
             what,
             errno: EOPNOTSUPP,
-            check: explain_refusal(pd.context().name()).or(check),
+            check: match (explain_refusal(pd.context().name()), check) {
+                (Some((why, true)), _) => Some(why),
+                // Nothing recorded (no debugfs, or a kernel whose rxe has no dma-buf MRs and
+                // never asked the exporter): both explanations.
+                (Some((why, false)), Some(c)) => Some(format!("{c}; or else {why}")),
+                (why, c) => why.map(|w| w.0).or(c),
+            },
         },
         e => e,
     }
