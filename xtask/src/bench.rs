@@ -948,6 +948,7 @@ fn utc_now() -> String {
 
 /// Writes the results of one bench run: per benchmark `<bench>.md` and `<bench>.svg`, the
 /// index `README.md` and `raw.txt`. Files a previous run wrote there are removed first.
+/// `reps` 0: take the repetition count from the data.
 pub fn write_results(lines: &[String], out: &Path, reps: u32) -> Result<Report> {
     let parsed: Vec<Line> = lines.iter().filter_map(|l| parse_line(l)).collect();
     let progs = programs(lines);
@@ -972,6 +973,16 @@ pub fn write_results(lines: &[String], out: &Path, reps: u32) -> Result<Report> 
         }
     }
     let benches = aggregate(&parsed);
+    // Re-rendered from raw lines: the most repetitions any point has.
+    let reps = if reps == 0 {
+        benches
+            .iter()
+            .flat_map(|b| b.values.values().map(|v| v.len() as u32))
+            .max()
+            .unwrap_or(0)
+    } else {
+        reps
+    };
     let mut files = vec![];
     for b in &benches {
         let f = file_stem(&b.name);

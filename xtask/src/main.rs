@@ -158,7 +158,7 @@ enum Cmd {
         /// Only run benchmark programs whose file name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Boot nothing: write the results from a raw.txt of an earlier run.
+        /// Boot nothing: write the results from a raw.txt of an earlier run (--reps is ignored).
         #[arg(long)]
         from_raw: Option<PathBuf>,
     },
@@ -260,10 +260,7 @@ fn vm_tests(
     let custom =
         names.is_empty() && (vm.topology != Topology::Switch || vm.iommu || vm.cpu != "max");
     // The two-node stage is a pseudo-boot: last, and by name or when no boot is named.
-    let two_nodes = !custom
-        && (names.is_empty() || names.iter().any(|n| n == nodes::BOOT_NAME))
-        && filter.is_none_or(|f| nodes::TEST_NAME.contains(f))
-        && inject.is_none();
+    let two_nodes = nodes::selected(names, filter, inject.is_some(), custom);
     let single: Vec<String> = names
         .iter()
         .filter(|n| *n != nodes::BOOT_NAME)
@@ -438,7 +435,18 @@ fn lock_cache(ctx: &Ctx) -> Result<std::fs::File> {
 
 fn real_main(cli: Cli) -> Result<()> {
     let ctx = Ctx::new(cli.cache, cli.verbose)?;
-    let _lock = lock_cache(&ctx)?;
+    // Re-rendering bench results from a raw file touches nothing in the cache.
+    let _lock = if matches!(
+        &cli.cmd,
+        Cmd::Bench {
+            from_raw: Some(_),
+            ..
+        }
+    ) {
+        None
+    } else {
+        Some(lock_cache(&ctx)?)
+    };
     match cli.cmd {
         Cmd::Setup => setup::setup(&ctx),
         Cmd::Kernel(b) => kernel::kernel(
@@ -527,7 +535,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 let text = std::fs::read_to_string(&raw)
                     .with_context(|| format!("reading {}", raw.display()))?;
                 let lines: Vec<String> = text.lines().map(str::to_string).collect();
-                let rep = bench::write_results(&lines, &out, reps)?;
+                let rep = bench::write_results(&lines, &out, 0)?;
                 bench_summary(&rep, &out);
                 return Ok(());
             }
