@@ -260,10 +260,7 @@ fn vm_tests(
     let custom =
         names.is_empty() && (vm.topology != Topology::Switch || vm.iommu || vm.cpu != "max");
     // The two-node stage is a pseudo-boot: last, and by name or when no boot is named.
-    let two_nodes = !custom
-        && (names.is_empty() || names.iter().any(|n| n == nodes::BOOT_NAME))
-        && filter.is_none_or(|f| nodes::TEST_NAME.contains(f))
-        && inject.is_none();
+    let two_nodes = nodes::selected(names, filter, inject.is_some(), custom);
     let single: Vec<String> = names
         .iter()
         .filter(|n| *n != nodes::BOOT_NAME)

@@ -24,6 +24,16 @@ use std::time::Duration;
 pub const TEST_NAME: &str = "two_nodes_rdma";
 pub const BOOT_NAME: &str = "two-nodes";
 
+/// Whether `cargo xtask test` runs the two-node stage: when no boot is named or
+/// `--boot two-nodes` is, with no `--filter` or one that [`TEST_NAME`] contains, not with
+/// `--inject` (the single-VM suite's), and not for a one-off `--topology/--cpu/--iommu` boot.
+pub fn selected(names: &[String], filter: Option<&str>, inject: bool, custom: bool) -> bool {
+    !custom
+        && !inject
+        && (names.is_empty() || names.iter().any(|n| n == BOOT_NAME))
+        && filter.is_none_or(|f| TEST_NAME.contains(f))
+}
+
 /// Console lines of the guests' narration start with this (tests/vm/two-nodes.sh).
 const MARK: &str = "p2pbuf-node: ";
 
@@ -289,6 +299,21 @@ mod tests {
         assert!(c[0].append.contains(&"p2pbuf.node=a".to_string()));
         assert!(c[1].append.contains(&"p2pbuf.peer=10.0.3.1".to_string()));
         assert!(c.iter().all(|c| c.mode == Mode::Node && c.smp == 1));
+    }
+
+    #[test]
+    fn stage_selection() {
+        let none: Vec<String> = vec![];
+        let two = vec![BOOT_NAME.to_string()];
+        let main = vec!["main".to_string()];
+        assert!(selected(&none, None, false, false));
+        assert!(selected(&two, None, false, false));
+        assert!(!selected(&main, None, false, false));
+        assert!(selected(&none, Some("rdma"), false, false));
+        assert!(selected(&none, Some("two_nodes"), false, false));
+        assert!(!selected(&none, Some("topo_"), false, false));
+        assert!(!selected(&none, None, true, false));
+        assert!(!selected(&none, None, false, true));
     }
 
     #[test]
