@@ -8,7 +8,7 @@
 # that the refusal is about the case and not about something else.
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
-ktap_plan 15
+ktap_plan 16
 if ! rxe_setup; then
 	ktap_fail "rxe0 on $RXE_NETDEV"
 	ktap_exit
@@ -105,5 +105,21 @@ else
 	for t in "WRITE into read-only" "WRITE past the end" "READ from read-only" "READ from write-only"; do
 		ktap_skip "dma-buf MR of device memory: $t" "no /dev/p2pbuf"
 	done
+fi
+
+# rxe on a net device without a PCI parent (lo): there is no DMA-capable device to attach the
+# dma-buf with (rxe_dmabuf_dma_device): EOPNOTSUPP, and the kernel log says why.
+if rdma link add rxe_lo type rxe netdev lo >/tmp/lo.txt 2>&1; then
+	p2pbuf --json rdma reg --buf udmabuf --size 1M --device rxe_lo >/tmp/reg.json 2>/tmp/reg.err
+	rc=$?
+	got=$(json_num errno </tmp/reg.json)
+	comment /tmp/reg.err
+	dmesg | grep "lo has no PCI parent" | tail -1 | sed 's/^/# /'
+	ktap_check "rxe on lo, which has no PCI parent: ibv_reg_dmabuf_mr refused, errno ${got:-none} (want 95), the kernel log says why" \
+		sh -c "[ $rc -eq 1 ] && [ '$got' = 95 ] && dmesg | grep -q 'lo has no PCI parent'"
+	rdma link delete rxe_lo
+else
+	comment /tmp/lo.txt
+	ktap_skip "rxe on lo: ibv_reg_dmabuf_mr refused" "rdma link add rxe_lo failed"
 fi
 ktap_exit

@@ -73,7 +73,10 @@ impl<'a> CpuMapping<'a> {
                 } else if e == Errno::ACCESS {
                     Some("a read-write mapping needs a dma-buf fd opened O_RDWR".into())
                 } else if e == Errno::NODEV {
-                    Some("the exporter has no mmap operation".into())
+                    Some(
+                        "the exporter has no mmap operation, or it revoked the buffer (e.g. its device was unbound)"
+                            .into(),
+                    )
                 } else {
                     None
                 };
