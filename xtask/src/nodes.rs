@@ -240,7 +240,8 @@ pub fn two_nodes(
             r.wall.as_secs_f64(),
             r.console_log
         );
-        for t in &r.results {
+        // `run` shows them once, in the final table.
+        for t in r.results.iter().filter(|_| !narrate) {
             let d = if t.directive.is_empty() {
                 String::new()
             } else {
