@@ -139,20 +139,47 @@ fn describe(p: &PciPath) -> String {
     }
 }
 
-fn cpu_vendor() -> String {
-    fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("vendor_id"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
+/// The CPU as p2pdma's host-bridge rule sees it: vendor and family (`cpu_supports_p2pdma()`
+/// wants an AMD family 0x17 (Zen) or later; QEMU's TCG `max` CPU is AuthenticAMD family 15).
+fn cpu_model() -> String {
+    let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|n| n.trim() == k))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let vendor = field("vendor_id").unwrap_or_else(|| "unknown".into());
+    match field("cpu family").and_then(|f| f.parse::<u32>().ok()) {
+        Some(f) => format!("{vendor} family {f:#x}"),
+        None => vendor,
+    }
+}
+
+/// The host bridge's PCI function (`DDDD:00:00.0` of `pciDDDD:BB`, class 0x0600) as
+/// `ADDR VENDOR:DEVICE`: what p2pdma's host-bridge whitelist is matched against.
+fn host_bridge_id(host: &str) -> Option<String> {
+    let (dom, bus) = host.strip_prefix("pci")?.split_once(':')?;
+    let addr = format!("{dom}:{bus}:00.0");
+    let d = PathBuf::from("/sys/bus/pci/devices").join(&addr);
+    let rd = |f: &str| {
+        fs::read_to_string(d.join(f))
+            .ok()
+            .map(|v| v.trim().to_string())
+    };
+    if !rd("class")?.starts_with("0x0600") {
+        return None;
+    }
+    let hex = |v: String| v.trim_start_matches("0x").to_string();
+    Some(format!(
+        "{addr} {}:{}",
+        hex(rd("vendor")?),
+        hex(rd("device")?)
+    ))
 }
 
 /// Words for the path between `nic` and `mem`, and what p2pdma makes of it.
-pub fn explain_path(nic: &PciPath, mem: &PciPath, vendor: &str) -> String {
+pub fn explain_path(nic: &PciPath, mem: &PciPath, cpu: &str) -> String {
     match nic.common_bridge(mem) {
         Some(b) => format!(
             "{} and the memory's {} are both below {b}: p2pdma maps that as BUS_ADDR unless ACS redirects the path (dmesg says so)",
@@ -160,7 +187,7 @@ pub fn explain_path(nic: &PciPath, mem: &PciPath, vendor: &str) -> String {
             describe(mem)
         ),
         None => format!(
-            "map type NOT_SUPPORTED: {} and the memory's {} share no PCI switch, only the host bridge {}, and the kernel's p2pdma allows peer-to-peer through a host bridge only on AMD Zen CPUs (vendor AuthenticAMD) or whitelisted host bridges (this CPU: {vendor}). Put the NIC and the memory under one PCIe switch (`cargo xtask --topology switch`), or use a Zen CPU (`--cpu EPYC`)",
+            "map type NOT_SUPPORTED: {} and the memory's {} share no PCI switch, only the host bridge {}, and the kernel's p2pdma allows peer-to-peer through a host bridge only on AMD Zen CPUs (AuthenticAMD family 0x17 or later) or whitelisted host bridges (this CPU: {cpu})",
             describe(nic),
             describe(mem),
             nic.host
@@ -234,10 +261,20 @@ pub fn explain_refusal(ibdev: &str) -> Option<(String, bool)> {
         parts.push(format!("its reason (debugfs p2pbuf/providers): {why}"));
     }
     for m in mem_pci.iter().filter_map(|a| pci_path(a)) {
-        parts.push(explain_path(&nic, &m, &cpu_vendor()));
+        parts.push(explain_path(&nic, &m, &cpu_model()));
+        if nic.common_bridge(&m).is_none() {
+            if let Some(h) = host_bridge_id(&nic.host) {
+                parts.push(format!(
+                    "the host bridge is {h} (the whitelist it is matched against: pci_p2pdma_whitelist in drivers/pci/p2pdma.c)"
+                ));
+            }
+        }
     }
     if let Some(k) = kernel_says(&nic.dev) {
         parts.push(format!("the kernel logged: {k}"));
+    }
+    if refusal.is_some() {
+        parts.push("put the NIC and the memory under one PCIe switch (`cargo xtask --topology switch`), or use a Zen CPU (`--cpu EPYC`)".into());
     }
     Some((parts.join("; "), refusal.is_some()))
 }
@@ -296,12 +333,12 @@ mod tests {
         let m = path("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0");
         let n = path("/sys/devices/pci0000:00/0000:00:04.0/0000:04:00.0");
         assert_eq!(m.common_bridge(&n), None);
-        let t = explain_path(&n, &m, "GenuineIntel");
+        let t = explain_path(&n, &m, "AuthenticAMD family 0xf");
         assert!(t.contains("NOT_SUPPORTED"), "{t}");
         assert!(t.contains("root port 0000:00:04.0"), "{t}");
         assert!(t.contains("root port 0000:00:01.0"), "{t}");
         assert!(t.contains("host bridge pci0000:00"), "{t}");
-        assert!(t.contains("this CPU: GenuineIntel"), "{t}");
+        assert!(t.contains("this CPU: AuthenticAMD family 0xf"), "{t}");
     }
 
     #[test]
