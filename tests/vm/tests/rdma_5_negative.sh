@@ -52,7 +52,7 @@ reg_errno 22 "REMOTE_ATOMIC without LOCAL_WRITE" --buf udmabuf --size 1M --acces
 reg_errno 22 "IBV_ACCESS_ON_DEMAND on a dma-buf MR" --buf udmabuf --size 1M --access lw,0x40
 reg_ok "no access flags (local read only)" --buf udmabuf --size 1M --access none
 # A non-dma-buf fd of another kind than rdma_3's regular file: /dev/null (dma_buf_get): EINVAL.
-reg_errno 22 "the fd of /dev/null" --buf file /dev/null --length 4k
+reg_errno 22 "the fd of the null character device (not a dma-buf)" --buf file /dev/null --length 4k
 
 # The responder refuses RDMA into a dma-buf MR of device memory without the access for it:
 # IBV_WC_REM_ACCESS_ERR at the requester (rxe: RESPST_ERR_RKEY_VIOLATION), and the bytes

@@ -10,9 +10,12 @@
 # - the server still deregisters the MR (ibv_dereg_mr succeeds) and closes the dma-buf;
 # - no Oops/WARN (checked on the console by xtask), no new kmemleak report;
 # - the driver binds again, and a new buffer of the same device takes RDMA again.
+# Then the same with the exporter's revoke ioctl on one buffer (`p2pbuf revoke PID:FD`, the
+# server's fd taken with pidfd_getfd): that MR fails the same way, another buffer's MR keeps
+# working.
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
-ktap_plan 10
+ktap_plan 14
 if ! rxe_setup; then
 	ktap_fail "rxe0 on $RXE_NETDEV"
 	ktap_exit
@@ -108,6 +111,42 @@ src=$?
 comment /tmp/rv_serve.txt
 ktap_check "after the rebind: a new dma-buf MR of device memory takes an RDMA WRITE, verified (exit $src)" \
 	sh -c "[ $src -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w.txt"
+
+# P2PBUF_IOCTL_REVOKE of one buffer while it is written in a loop; a second buffer is left alone.
+p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 120 >/tmp/rv_a.txt 2>&1 &
+srva=$!
+p2pbuf rdma serve --port $((PORT + 1)) --buf p2pbuf --size 1M --clients 1 --timeout 120 >/tmp/rv_b.txt 2>&1 &
+srvb=$!
+wait_for /tmp/rv_a.txt "listening on" 60
+wait_for /tmp/rv_b.txt "listening on" 60
+comment /tmp/rv_a.txt
+timeout 300 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --pattern 44 --repeat 100000 --depth 4 >/tmp/rv_w.txt 2>&1 &
+cli=$!
+wait_for /tmp/rv_w.txt "^completed 8$" 60
+fd=$(sed -n 's/.*dma-buf of .*(fd \([0-9]*\), inode.*/\1/p' /tmp/rv_a.txt | head -1)
+t0=$(uptime_s)
+p2pbuf revoke "$srva:${fd:-none}" >/tmp/rv_rev.txt 2>&1
+rrc=$?
+t1=$(uptime_s)
+secs=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
+comment /tmp/rv_rev.txt
+ktap_check "p2pbuf revoke $srva:${fd:-?} (the server's dma-buf, P2PBUF_IOCTL_REVOKE) while it is written: exit $rrc in $secs s" \
+	sh -c "[ $rrc -eq 0 ] && grep -q '^revoked' /tmp/rv_rev.txt && awk 'BEGIN { exit !($secs <= 10) }'"
+wait $cli
+crc=$?
+comment /tmp/rv_w.txt
+ktap_check "client: the write loop into the revoked buffer's MR ends with IBV_WC_REM_ACCESS_ERR (exit $crc)" \
+	sh -c "[ $crc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w.txt"
+timeout 60 p2pbuf rdma write --server "$RXE_IP:$((PORT + 1))" --size 1M --pattern 45 >/tmp/rv_w2.txt 2>&1
+rc=$?
+comment /tmp/rv_w2.txt
+ktap_check "another buffer's MR, not revoked, still takes an RDMA WRITE, verified (exit $rc)" \
+	sh -c "[ $rc -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w2.txt"
+wait $srva
+wait $srvb
+comment /tmp/rv_a.txt
+ktap_check "server of the revoked buffer: ibv_dereg_mr succeeds, the fd is closed" \
+	grep -q 'deregistered the MR' /tmp/rv_a.txt
 
 # kmemleak reports objects unreferenced for 5 s or more: wait, then compare with the start.
 sleep 6

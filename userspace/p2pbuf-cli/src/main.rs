@@ -47,6 +47,13 @@ enum Cmd {
         /// fd, PID:FD, /proc/PID/fdinfo/FD or a path.
         target: Target,
     },
+    /// Revoke a p2pbuf dma-buf through the exporter (P2PBUF_IOCTL_REVOKE): its importers
+    /// (RDMA MRs, the DMA engine) lose the memory, CPU mappings fault, the fds stay open.
+    /// `PID:FD` revokes another process's buffer.
+    Revoke {
+        /// fd, PID:FD or a path (not an fdinfo file).
+        target: Target,
+    },
     /// Send a dma-buf to a `p2pbuf recv` listening on a Unix socket.
     Send {
         /// Socket path the receiver listens on.
@@ -200,6 +207,7 @@ fn main() {
 fn run(cli: Cli) -> p2pbuf::Result<()> {
     match cli.cmd {
         Cmd::Info { target } => info(&target, cli.json),
+        Cmd::Revoke { target } => revoke(&target, cli.json),
         Cmd::Send {
             socket,
             target,
@@ -420,6 +428,24 @@ fn info(target: &Target, json: bool) -> p2pbuf::Result<()> {
         );
     } else {
         print_info(&format!("dma-buf: {target}"), fd, r.info());
+    }
+    Ok(())
+}
+
+fn revoke(target: &Target, json: bool) -> p2pbuf::Result<()> {
+    let buf = target.open()?;
+    p2pbuf::exporter::Exporter::open()?.revoke(&buf)?;
+    if json {
+        println!(
+            "{}",
+            json!({ "revoked": true, "target": target.to_string(), "exporter": buf.exporter(), "size": buf.size() })
+        );
+    } else {
+        println!(
+            "revoked {target}: {} dma-buf of {}",
+            buf.exporter(),
+            target::human_size(buf.size())
+        );
     }
     Ok(())
 }

@@ -248,6 +248,25 @@ mod imp {
                 offset: a.offset,
             })
         }
+
+        /// `P2PBUF_IOCTL_REVOKE`: take the memory of `buf` (a p2pbuf dma-buf) back now.
+        /// Importers are told (`invalidate_mappings`) and unmap, CPU mappings are zapped,
+        /// later maps and mmaps fail with ENODEV; the fds stay open.
+        pub fn revoke(&self, buf: &DmaBuf) -> Result<()> {
+            let mut a = uapi::p2pbuf_revoke {
+                size: size_of::<uapi::p2pbuf_revoke>(),
+                fd: std::os::fd::AsRawFd::as_raw_fd(buf),
+                flags: 0,
+            };
+            sys::p2pbuf_revoke(self.dev.as_fd(), &mut a).map_err(|e| {
+                ioctl_error(
+                    self,
+                    format!("P2PBUF_IOCTL_REVOKE(dma-buf fd {})", a.fd),
+                    e,
+                    "EINVAL: not a dma-buf of this exporter; EBADF: the fd is not open",
+                )
+            })
+        }
     }
 }
 
@@ -270,6 +289,11 @@ impl Exporter {
 
     /// `P2PBUF_IOCTL_ALLOC`.
     pub fn alloc(&self, _provider: u32, _length: u64) -> Result<Allocation> {
+        match self.never {}
+    }
+
+    /// `P2PBUF_IOCTL_REVOKE`.
+    pub fn revoke(&self, _buf: &DmaBuf) -> Result<()> {
         match self.never {}
     }
 }

@@ -176,6 +176,8 @@ const P2PBUF_IOCTL_INFO: Opcode = uapi::P2PBUF_REQUEST_INFO as Opcode;
 const P2PBUF_IOCTL_PROVIDER_INFO: Opcode = uapi::P2PBUF_REQUEST_PROVIDER_INFO as Opcode;
 #[cfg(p2pbuf_uapi)]
 const P2PBUF_IOCTL_ALLOC: Opcode = uapi::P2PBUF_REQUEST_ALLOC as Opcode;
+#[cfg(p2pbuf_uapi)]
+const P2PBUF_IOCTL_REVOKE: Opcode = uapi::P2PBUF_REQUEST_REVOKE as Opcode;
 // The header's `_IO(P2PBUF_IOCTL_MAGIC, nr)`: no size or direction in the number (the
 // structs carry their size), so rustix's "none" encoding of the same magic must agree.
 #[cfg(p2pbuf_uapi)]
@@ -230,6 +232,21 @@ pub(crate) fn p2pbuf_alloc(
     // SAFETY: on success the kernel installed a new fd in `arg.fd` for this call, which
     // nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
+}
+
+/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REVOKE, &revoke)`.
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn p2pbuf_revoke(
+    dev: BorrowedFd<'_>,
+    arg: &mut uapi::p2pbuf_revoke,
+) -> Result<(), Errno> {
+    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_revoke` (the kernel only reads it).
+    unsafe {
+        rustix::ioctl::ioctl(
+            dev,
+            rustix::ioctl::Updater::<P2PBUF_IOCTL_REVOKE, _>::new(arg),
+        )
+    }
 }
 
 #[cfg(p2pbuf_uapi)]
