@@ -131,9 +131,10 @@ enum Cmd {
         /// Only run in-VM tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, and two-nodes
-        /// (two VMs on one link, RDMA between them). Default: all of them, or one boot of the
-        /// whole suite when --topology/--cpu/--iommu are given.
+        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount
+        /// (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
+        /// Default: all of them, or one boot of the whole suite when --topology/--cpu/--iommu
+        /// are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
