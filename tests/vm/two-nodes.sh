@@ -12,7 +12,8 @@
 #   write through the dma-buf's mmap, and the host checks the ivshmem backing file ("#
 #   hostcheck" lines).
 # - node B (p2pbuf.node=b): RDMA-WRITEs the lab pattern at several offsets into A's device
-#   memory, then RDMA-READs two of the ranges back and checks them.
+#   memory, then RDMA-READs two of the ranges back and checks them, and one range with the
+#   wrong seed, which both ends must report as a mismatch.
 # The nodes wait for each other over TCP on the link (busybox nc), each wait with a timeout:
 # A tells B its memory is registered (port 7491), B tells A it is done (port 7492).
 . /p2pbuf/lib.sh
@@ -29,6 +30,9 @@ WAIT=300 # seconds a node waits for the other (each wait)
 # format; each must read back what a write put there.
 WRITES="4M:0:51 5M:9M:52 3M:61M:53"
 READS="4M:0:51 3M:61M:53"
+# Last, a read that expects the wrong seed: both ends must say the data is not that pattern
+# (the checks are live).
+WRONG="4M:0:52"
 
 # say TEXT: tell the person (console) and the log (a KTAP diagnostic).
 say() {
@@ -94,8 +98,8 @@ fi
 load_modules || say "could not load the p2pbuf modules (see dmesg)"
 echo "KTAP version 1"
 case "$ROLE" in
-a) PLAN=12 ;;
-b) PLAN=10 ;;
+a) PLAN=13 ;;
+b) PLAN=11 ;;
 *)
 	echo "1..1"
 	echo "not ok 1 two-nodes # p2pbuf.node=$ROLE: want a or b"
@@ -123,7 +127,7 @@ fi
 
 if [ "$ROLE" = a ]; then
 	# Node A: device memory, registered, served.
-	nclients=$(($(echo $WRITES | wc -w) + $(echo $READS | wc -w)))
+	nclients=$(($(echo $WRITES | wc -w) + $(echo $READS | wc -w) + 1))
 	rm -f /tmp/b-report
 	timeout $((WAIT * 2)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
 	done_nc=$!
@@ -192,8 +196,20 @@ if [ "$ROLE" = a ]; then
 			fail "client $i: want B's RDMA $op of $sz at offset $off (seed $seed) verified; got: ${l:-nothing}"
 		fi
 	done
-	check "server: $(sed -n 's/^done: \(.*\);.*/\1/p' /tmp/serve.txt) (exit $src)" \
-		grep -q "^done: $nclients client(s) verified, 0 failed" /tmp/serve.txt
+	# shellcheck disable=SC2046
+	set -- $(echo "$WRONG" | tr : ' ')
+	l=$(grep "^client $nclients " /tmp/serve.txt)
+	want="RDMA READ of .* at offset $(bytes $2) (seed $3): MISMATCH at offset $(bytes $2)"
+	if echo "$l" | grep -q "$want"; then
+		ok "B's RDMA READ of $1 at offset $2 expecting seed $3 (another seed is there): the server reports a mismatch at its first byte"
+	else
+		fail "B's RDMA READ expecting the wrong seed $3: want the server to report a mismatch at $(bytes $2); got: ${l:-nothing}"
+	fi
+	if [ $src -eq 1 ] && grep -q "^done: $((nclients - 1)) client(s) verified, 1 failed" /tmp/serve.txt; then
+		ok "server: $((nclients - 1)) clients verified, the wrong-seed read failed (exit 1, as it must)"
+	else
+		fail "server: want $((nclients - 1)) verified and 1 failed (exit 1); got: $(grep '^done:' /tmp/serve.txt) (exit $src)"
+	fi
 	say "waiting for B's report (port $DONE_PORT)"
 	wait $done_nc
 	if [ -s /tmp/b-report ]; then
@@ -254,7 +270,20 @@ for r in $READS; do
 		fail "RDMA READ of $sz at offset $off (seed $seed) from A's device memory: exit $rc"
 	fi
 done
-report="$passed of $total RDMA operations verified"
+# shellcheck disable=SC2046
+set -- $(echo "$WRONG" | tr : ' ')
+timeout 300 p2pbuf rdma read --server "$PEER:$PORT" --size "$1" --offset "$2" --pattern "$3" --lab-pattern --timeout 60 >/tmp/r.txt 2>&1
+rc=$?
+comment /tmp/r.txt
+if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset $(bytes $2)" /tmp/r.txt &&
+	grep -q "server: not the pattern from offset $(bytes $2)" /tmp/r.txt; then
+	ok "RDMA READ of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
+	wrong="the wrong-seed read reported on both ends"
+else
+	wrong="the wrong-seed read NOT reported as it must be"
+	fail "RDMA READ of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
+fi
+report="$passed of $total RDMA operations verified, $wrong"
 t0=$(date +%s)
 sent=0
 while [ $(($(date +%s) - t0)) -lt 60 ]; do
