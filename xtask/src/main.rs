@@ -437,7 +437,7 @@ fn lock_cache(ctx: &Ctx) -> Result<std::fs::File> {
 fn real_main(cli: Cli) -> Result<()> {
     let ctx = Ctx::new(cli.cache, cli.verbose)?;
     // Re-rendering bench results from a raw file touches nothing in the cache.
-    let _lock = if matches!(
+    let mut lock = if matches!(
         &cli.cmd,
         Cmd::Bench {
             from_raw: Some(_),
@@ -516,6 +516,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     update_from,
                     build_each,
                 },
+                lock.take(),
             )
         }
         Cmd::Bench {

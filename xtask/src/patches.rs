@@ -29,7 +29,9 @@ fn git(ctx: &Ctx) -> Result<Command> {
     Ok(c)
 }
 
-pub fn patches(ctx: &Ctx, o: &PatchOpts) -> Result<()> {
+/// `cache_lock` is the cache's lock that `main` holds for this run: `--build-each` gives it up
+/// once it only uses its private worktree and build directory.
+pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result<()> {
     heading("patches: the kernel series");
     if let Some(branch) = &o.update_from {
         let dir = ctx.root.join("linux/patches");
@@ -120,7 +122,7 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts) -> Result<()> {
         bad += errors;
     }
     if o.build_each {
-        build_each(ctx, &files)?;
+        build_each(ctx, &files, cache_lock)?;
     }
     println!(
         "    series: {} ({n} patches + cover letter)",
@@ -141,7 +143,7 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts) -> Result<()> {
 /// take a few minutes per patch. Builds use `CLIPPY=1` (every Rust crate goes through Clippy) and
 /// run at the lowest CPU priority. Each step's output is in `logs/build-each-NN.log`; its
 /// compiler and Clippy warnings are counted and printed.
-fn build_each(ctx: &Ctx, files: &[PathBuf]) -> Result<()> {
+fn build_each(ctx: &Ctx, files: &[PathBuf], cache_lock: Option<fs::File>) -> Result<()> {
     let wt = ctx.cache.join("build/series-check-tree");
     let kb = ctx.cache.join("build/series-check");
     let in_wt = || {
@@ -188,7 +190,10 @@ fn build_each(ctx: &Ctx, files: &[PathBuf]) -> Result<()> {
     let n = patches.len();
     // From here on only the private worktree and build directory are used, for many minutes:
     // let other `cargo xtask` runs (VM tests) have the cache meanwhile.
-    release_cache_lock(ctx);
+    if let Some(lock) = cache_lock {
+        drop(lock);
+        println!("    cache lock released: other `cargo xtask` runs may go on meanwhile");
+    }
     let mut summary = Vec::new();
     for (i, f) in patches.iter().enumerate() {
         let step = i + 1;
@@ -214,7 +219,12 @@ fn build_each(ctx: &Ctx, files: &[PathBuf]) -> Result<()> {
             .env("PATH", ctx.path_with_tools())
             .env("LIBCLANG_PATH", ctx.libclang_dir());
         let start = Instant::now();
-        run_step(ctx, &format!("[{step}/{n}] build after {name}"), &log, &mut mk)?;
+        run_step(
+            ctx,
+            &format!("[{step}/{n}] build after {name}"),
+            &log,
+            &mut mk,
+        )?;
         let secs = start.elapsed().as_secs();
         let text = fs::read_to_string(ctx.log_path(&log)).unwrap_or_default();
         let warnings: Vec<&str> = text
@@ -236,32 +246,4 @@ fn build_each(ctx: &Ctx, files: &[PathBuf]) -> Result<()> {
         "    build-each: all {n} steps build ({total} s in all; {warned} step(s) with warnings)"
     );
     Ok(())
-}
-
-/// Gives up the cache lock that `main` took for this run (see `lock_cache` there).
-///
-/// `flock()` locks belong to the open file description, so unlocking through any descriptor of
-/// it releases the lock; the descriptor is found in `/proc/self/fd` and left open. If it is not
-/// found, the lock is kept until the run ends, which is only slower for others.
-fn release_cache_lock(ctx: &Ctx) {
-    use std::os::fd::FromRawFd;
-    let lock = ctx.cache.join("lock");
-    let Ok(dir) = fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    for e in dir.flatten() {
-        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if fs::read_link(e.path()).ok().as_deref() != Some(lock.as_path()) {
-            continue;
-        }
-        // SAFETY: `fd` is an open descriptor of this process (the lock file that `main` holds
-        // open until exit); `ManuallyDrop` keeps it from being closed here.
-        let f = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(fd) });
-        if f.unlock().is_ok() {
-            println!("    cache lock released: other `cargo xtask` runs may go on meanwhile");
-        }
-        return;
-    }
 }
