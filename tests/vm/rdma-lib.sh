@@ -60,6 +60,34 @@ rate() { sed -n 's/.* s, \([0-9.]*\) MiB\/s$/\1 MiB per s/p' "$1"; }
 # comment FILE: the file's lines as KTAP diagnostics.
 comment() { sed 's/^/# /' "$1"; }
 
+# expect_fail NAME WANT_RC TEXT CMD...: CMD must exit WANT_RC, say TEXT on stderr, and not
+# panic.
+expect_fail() {
+	_name=$1 _want=$2 _text=$3
+	shift 3
+	"$@" >/tmp/out.txt 2>/tmp/err.txt
+	_rc=$?
+	comment /tmp/err.txt
+	if [ $_rc -eq "$_want" ] && grep -q "$_text" /tmp/err.txt && ! grep -q panicked /tmp/err.txt; then
+		ktap_ok "$_name (exit $_rc)"
+	else
+		comment /tmp/out.txt
+		ktap_fail "$_name: exit $_rc, want $_want and \"$_text\""
+	fi
+}
+
+# jq_check NAME FILE FILTER: FILTER (a jq expression) must hold for the JSON in FILE.
+jq_check() {
+	if ! command -v jq >/dev/null; then
+		ktap_fail "$1: jq is missing from the initramfs"
+	elif jq -e "$3" "$2" >/dev/null 2>/tmp/jq.err; then
+		ktap_ok "$1"
+	else
+		comment /tmp/jq.err
+		ktap_fail "$1: jq -e '$3' is false"
+	fi
+}
+
 # reg_errno EXPECTED NAME ARGS...: `p2pbuf --json rdma reg ARGS` must fail with errno EXPECTED
 # (exit 1: an error, not a crash or a signal), and its message must contain $REG_TEXT if set;
 # prints the error as a diagnostic.

@@ -7,21 +7,6 @@
 . /p2pbuf/rdma-lib.sh
 ktap_plan 8
 
-# expect_fail NAME WANT_RC TEXT CMD...: CMD must exit WANT_RC and say TEXT on stderr.
-expect_fail() {
-	_name=$1 _want=$2 _text=$3
-	shift 3
-	"$@" >/tmp/out.txt 2>/tmp/err.txt
-	_rc=$?
-	comment /tmp/err.txt
-	if [ $_rc -eq "$_want" ] && grep -q "$_text" /tmp/err.txt; then
-		ktap_ok "$_name (exit $_rc)"
-	else
-		comment /tmp/out.txt
-		ktap_fail "$_name: exit $_rc, want $_want and \"$_text\""
-	fi
-}
-
 p2pbuf alloc --kind p2pbuf --size 64k --fill 0x5a >/tmp/alloc.txt 2>&1
 rc=$?
 comment /tmp/alloc.txt

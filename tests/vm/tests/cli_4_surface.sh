@@ -8,33 +8,6 @@
 . /p2pbuf/rdma-lib.sh
 ktap_plan 12
 
-# expect_fail NAME WANT_RC TEXT CMD...: CMD must exit WANT_RC and say TEXT on stderr.
-expect_fail() {
-	_name=$1 _want=$2 _text=$3
-	shift 3
-	"$@" >/tmp/out.txt 2>/tmp/err.txt
-	_rc=$?
-	comment /tmp/err.txt
-	if [ $_rc -eq "$_want" ] && grep -q "$_text" /tmp/err.txt && ! grep -q panicked /tmp/err.txt; then
-		ktap_ok "$_name (exit $_rc)"
-	else
-		comment /tmp/out.txt
-		ktap_fail "$_name: exit $_rc, want $_want and \"$_text\""
-	fi
-}
-
-# jq_check NAME FILE FILTER: FILTER (a jq expression) must hold for the JSON in FILE.
-jq_check() {
-	if ! command -v jq >/dev/null; then
-		ktap_fail "$1: jq is missing from the initramfs"
-	elif jq -e "$3" "$2" >/dev/null 2>/tmp/jq.err; then
-		ktap_ok "$1"
-	else
-		comment /tmp/jq.err
-		ktap_fail "$1: jq -e '$3' is false"
-	fi
-}
-
 # 1: device memory as a full-HD XRGB8888 surface.
 p2pbuf alloc --kind p2pbuf --surface 1920x1080 --format XR24 >/tmp/s1.txt 2>&1
 rc=$?

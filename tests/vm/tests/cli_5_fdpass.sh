@@ -7,31 +7,6 @@
 . /p2pbuf/rdma-lib.sh
 ktap_plan 11
 
-expect_fail() {
-	_name=$1 _want=$2 _text=$3
-	shift 3
-	"$@" >/tmp/out.txt 2>/tmp/err.txt
-	_rc=$?
-	comment /tmp/err.txt
-	if [ $_rc -eq "$_want" ] && grep -q "$_text" /tmp/err.txt && ! grep -q panicked /tmp/err.txt; then
-		ktap_ok "$_name (exit $_rc)"
-	else
-		comment /tmp/out.txt
-		ktap_fail "$_name: exit $_rc, want $_want and \"$_text\""
-	fi
-}
-
-jq_check() {
-	if ! command -v jq >/dev/null; then
-		ktap_fail "$1: jq is missing from the initramfs"
-	elif jq -e "$3" "$2" >/dev/null 2>/tmp/jq.err; then
-		ktap_ok "$1"
-	else
-		comment /tmp/jq.err
-		ktap_fail "$1: jq -e '$3' is false"
-	fi
-}
-
 # 1-3: alloc device memory as a surface, fill it, send it; the receiver maps it and reads.
 rm -f /tmp/fp1.sock
 p2pbuf --json recv /tmp/fp1.sock --mmap >/tmp/recv1.json 2>/tmp/recv1.err &
