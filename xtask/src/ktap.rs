@@ -1,5 +1,7 @@
 //! A streaming KTAP (and TAP 13) parser for the in-VM suite, and the console scanner that
-//! turns kernel oopses, WARNs, BUGs, lockdep and kmemleak reports into failures.
+//! turns kernel oopses, WARNs, BUGs, lockdep and kmemleak reports, and those of the debug lab
+//! kernel's checkers (DMA-API debugging, DEBUG_OBJECTS, DEBUG_LIST, DEBUG_VM, KASAN, the
+//! hung-task detector), into failures.
 
 /// How a test ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,25 +254,60 @@ pub struct Problem {
     pub line: String,
 }
 
-/// Patterns in the kernel console log that fail a run, with a name for each.
+/// Patterns in the kernel console log that fail a run, with a name for each. The first match
+/// names the problem, so the specific reports come before the generic `BUG:` and `WARNING:`
+/// lines that most of them also print. The strings are those of the 7.2 tree.
 const PATTERNS: &[(&str, &str)] = &[
+    // KASAN (mm/kasan/report.c): "BUG: KASAN: slab-use-after-free in f+0x1/0x2", and for an
+    // access through a wild pointer "KASAN: null-ptr-deref in range [...]".
+    ("KASAN", "BUG: KASAN:"),
+    ("KASAN", "KASAN:"),
+    // The page allocator's and the page tables' sanity checks: "BUG: Bad page state in
+    // process", "BUG: Bad page map in process", "BUG: Bad page cache in process".
+    ("bad page", "BUG: Bad page"),
+    // DEBUG_VM: VM_BUG_ON_PAGE/_FOLIO and VM_WARN_ON_*PAGE/_FOLIO dump the page first
+    // ("page dumped because: VM_BUG_ON_PAGE(...)", include/linux/mmdebug.h), VM_WARN_ON_VMG
+    // the merge state ("vmg ... dumped because: ..."); a plain VM_BUG_ON is a `kernel BUG at`.
+    ("DEBUG_VM", "dumped because: "),
+    // DEBUG_LIST (lib/list_debug.c, through CHECK_DATA_CORRUPTION: a WARN whose message is
+    // the line below).
+    ("DEBUG_LIST", "list_add corruption"),
+    ("DEBUG_LIST", "list_add double add"),
+    ("DEBUG_LIST", "list_del corruption"),
+    // DEBUG_OBJECTS (lib/debugobjects.c, pr_fmt "ODEBUG: "): "ODEBUG: free active (active
+    // state 0) object: ... object type: timer_list hint: ...", the on-stack annotation
+    // checks, and "Out of memory. ODEBUG disabled" (the checker is gone for the rest of the
+    // run). Its selftest's success line is in ALLOWED. ("ODEBUG: " contains "BUG: ".)
+    ("ODEBUG", "ODEBUG: "),
+    // lockdep (kernel/locking/lockdep.c): each report's heading, after "WARNING: ".
+    ("lockdep", "possible circular locking dependency"),
+    ("lockdep", "possible recursive locking"),
+    ("lockdep", "inconsistent lock state"),
+    ("lockdep", "possible irq lock inversion dependency"),
+    ("lockdep", "lock order detected"),
+    ("lockdep", "bad unlock balance detected"),
+    ("lockdep", "held lock freed"),
+    ("lockdep", "still has locks held"),
+    ("lockdep", "lock held when returning to user space"),
+    ("lockdep", "Invalid wait context"),
+    ("lockdep", "suspicious RCU usage"),
+    // kernel/hung_task.c: "INFO: task %s:%d blocked%s for more than %ld seconds.", where %s
+    // is " in I/O wait" for a task in io_schedule().
+    ("hung task", "blocked for more than"),
+    ("hung task", "blocked in I/O wait for more than"),
     ("Oops", "Oops:"),
     ("Oops", "Oops -"),
     ("BUG", "BUG:"),
     ("BUG", "kernel BUG at"),
     ("WARN", "WARNING:"),
     ("WARN", "------------[ cut here ]------------"),
-    ("KASAN", "KASAN:"),
     ("UBSAN", "UBSAN:"),
     ("panic", "Kernel panic"),
     ("GPF", "general protection fault"),
     ("kmemleak", "unreferenced object 0x"),
     ("kmemleak", "kmemleak: "),
-    ("hung task", "blocked for more than"),
     ("RCU stall", "rcu_sched self-detected stall"),
     ("RCU stall", "rcu: INFO:"),
-    ("lockdep", "possible recursive locking"),
-    ("lockdep", "inconsistent lock state"),
     ("Rust panic", "rust_kernel: panicked"),
 ];
 
@@ -279,7 +316,41 @@ const ALLOWED: &[&str] = &[
     // kmemleak's own informational lines at boot.
     "kmemleak: Kernel memory leak detector initialized",
     "kmemleak: Automatic memory scanning thread",
+    // DEBUG_OBJECTS_SELFTEST's result at boot (lib/debugobjects.c).
+    "ODEBUG: selftest passed",
 ];
+
+/// The prefix of every line of the DMA-API debugging code (kernel/dma/debug.c, `pr_fmt`).
+const DMA_API: &str = "DMA-API: ";
+
+/// The informational lines kernel/dma/debug.c prints at boot, after [`DMA_API`]; `{n}` stands
+/// for a decimal number. Any other `DMA-API: ` line is a report of a driver bug (`err_printk`:
+/// a WARN whose message is that line, then "DMA-API: Mapped at:" and a stack), or says that
+/// the checker lost track (out of memory, "dma_debug_entry pool grown to" more entries than
+/// were preallocated: mappings pile up), or that a driver filter now hides the other drivers'
+/// reports: a run with any of those has not been checked.
+const DMA_API_INFO: &[&str] = &[
+    "preallocated {n} debug entries",
+    "debugging enabled by kernel config",
+    "debugging disabled on kernel command line",
+];
+
+/// Whether `msg` (a `DMA-API: ` line without the prefix) is one of [`DMA_API_INFO`].
+fn dma_api_info(msg: &str) -> bool {
+    let msg = msg.trim_end();
+    DMA_API_INFO.iter().any(|t| match t.split_once("{n}") {
+        None => msg == *t,
+        Some((pre, post)) => msg
+            .strip_prefix(pre)
+            .and_then(|r| r.strip_suffix(post))
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())),
+    })
+}
+
+/// The entry of [`PATTERNS`] that names the problem on a line without its timestamp.
+fn first_pattern(line: &str) -> Option<&'static (&'static str, &'static str)> {
+    PATTERNS.iter().find(|(_, p)| line.contains(p))
+}
 
 /// Returns the problem on this console line, if any.
 pub fn scan_console(raw: &str) -> Option<Problem> {
@@ -287,14 +358,21 @@ pub fn scan_console(raw: &str) -> Option<Problem> {
     if ALLOWED.iter().any(|a| line.contains(a)) {
         return None;
     }
-    // kmemleak prints "kmemleak: N new suspected memory leaks": the interesting one.
-    PATTERNS
-        .iter()
-        .find(|(_, p)| line.contains(p))
-        .map(|(k, _)| Problem {
-            kind: k,
+    let problem = |kind| {
+        Some(Problem {
+            kind,
             line: line.to_string(),
         })
+    };
+    if let Some(i) = line.find(DMA_API) {
+        return if dma_api_info(&line[i + DMA_API.len()..]) {
+            None
+        } else {
+            problem("DMA-API")
+        };
+    }
+    // kmemleak prints "kmemleak: N new suspected memory leaks": the interesting one.
+    first_pattern(line).and_then(|(k, _)| problem(k))
 }
 
 #[cfg(test)]
@@ -376,5 +454,233 @@ mod tests {
             Some("kmemleak")
         );
         assert!(scan_console("[    1.0] nvme nvme0: 1/0/0 default/read/poll queues").is_none());
+    }
+
+    fn kind(line: &str) -> Option<&'static str> {
+        scan_console(line).map(|p| p.kind)
+    }
+
+    #[test]
+    fn warning_in_the_7_2_format_fails() {
+        assert_eq!(
+            kind("[   41.207380] WARNING: kernel/dma/debug.c:1048 at check_unmap+0x6f4/0x8c0, CPU#1: engine_large/231"),
+            Some("WARN")
+        );
+    }
+
+    #[test]
+    fn dma_api_driver_bug_reports_fail() {
+        for l in [
+            // err_printk: the WARN's message, then where the mapping was made.
+            "[   41.207365] DMA-API: p2pbuf_importer 0000:03:00.0: device driver tries to free DMA memory it has not allocated [device address=0x00000000fe800000] [size=4096 bytes]",
+            "[   41.207402] DMA-API: Mapped at:",
+            "[   52.118730] DMA-API: p2pbuf_exporter 0000:01:00.0: device driver has pending DMA allocations while released from device [count=1]",
+            "[   12.031337] DMA-API: nvme 0000:02:00.0: device driver syncs DMA memory with different direction [device address=0x0000000004a1f000] [size=512 bytes] [mapped with DMA_FROM_DEVICE] [synced with DMA_TO_DEVICE]",
+            "[   30.500000] DMA-API: p2pbuf_importer 0000:03:00.0: device driver failed to check map error[device address=0x00000000fe800000] [size=65536 bytes] [mapped as single]",
+            "[   30.600000] DMA-API: exceeded 7 overlapping mappings of cacheline 0x0000000001234560",
+            // The checker lost track: what follows is unchecked.
+            "[   60.000000] DMA-API: dma_debug_entry pool grown to 131072 (200%)",
+            "[    0.400000] DMA-API: 65536 debug entries requested but only 32768 allocated",
+            "[   70.000000] DMA-API: debugging out of memory - disabling",
+            "[   70.000000] DMA-API: cacheline tracking ENOMEM, dma-debug disabled",
+            "[   80.000000] DMA-API: enable driver filter for driver [nvme]",
+        ] {
+            assert_eq!(kind(l), Some("DMA-API"), "{l}");
+        }
+    }
+
+    #[test]
+    fn dma_api_boot_lines_pass() {
+        for l in [
+            "[    0.412345] DMA-API: preallocated 65536 debug entries",
+            "[    0.412350] DMA-API: debugging enabled by kernel config",
+            "[    0.000000] DMA-API: debugging disabled on kernel command line",
+        ] {
+            assert_eq!(kind(l), None, "{l}");
+        }
+        // Exactly those: the same words around something else are not the boot line.
+        assert_eq!(
+            kind("[    0.4] DMA-API: preallocated some debug entries"),
+            Some("DMA-API")
+        );
+        assert_eq!(
+            kind("[    0.4] DMA-API: debugging enabled by kernel config; p2pbuf_importer 0000:03:00.0: x"),
+            Some("DMA-API")
+        );
+    }
+
+    #[test]
+    fn dmabuf_debug_catches_fail() {
+        // DMABUF_DEBUG prints nothing itself: dma_buf_map_attachment hands importers a copy
+        // of the sg_table whose page links are NULL, so an importer that peeks at the pages
+        // dereferences NULL (or a non-canonical address computed from it, or with KASAN the
+        // shadow of NULL).
+        for (l, k) in [
+            (
+                "[   33.120001] BUG: kernel NULL pointer dereference, address: 0000000000000008",
+                "BUG",
+            ),
+            (
+                "[   33.120107] Oops: Oops: 0000 [#1] SMP",
+                "Oops",
+            ),
+            (
+                "[   33.120001] Oops: general protection fault, probably for non-canonical address 0xdffffc0000000001: 0000 [#1] SMP KASAN",
+                "Oops",
+            ),
+            (
+                "[   33.120009] KASAN: null-ptr-deref in range [0x0000000000000008-0x000000000000000f]",
+                "KASAN",
+            ),
+        ] {
+            assert_eq!(kind(l), Some(k), "{l}");
+        }
+    }
+
+    #[test]
+    fn kasan_reports_fail_and_its_boot_line_passes() {
+        assert_eq!(
+            kind("[   20.5] BUG: KASAN: slab-use-after-free in p2pbuf_release+0x2c/0x90 [p2pbuf_exporter]"),
+            Some("KASAN")
+        );
+        assert_eq!(
+            kind("[    0.000000] kasan: KernelAddressSanitizer initialized (generic)"),
+            None
+        );
+    }
+
+    #[test]
+    fn debug_objects_reports_fail() {
+        for l in [
+            "[   44.000001] ODEBUG: free active (active state 0) object: 00000000a1b2c3d4 object type: timer_list hint: p2pbuf_revoke_timer+0x0/0x40 [p2pbuf_exporter]",
+            "[   44.000001] ODEBUG: activate destroyed (active state 0) object: 00000000a1b2c3d4 object type: work_struct hint: p2pbuf_work+0x0/0x30 [p2pbuf_importer]",
+            "[   44.000002] ODEBUG: object 00000000a1b2c3d4 is on stack 00000000deadbeef, but NOT annotated.",
+            "[    0.300000] ODEBUG: Out of memory. ODEBUG disabled",
+        ] {
+            assert_eq!(kind(l), Some("ODEBUG"), "{l}");
+        }
+        assert_eq!(kind("[    0.2] ODEBUG: selftest passed"), None);
+    }
+
+    #[test]
+    fn debug_list_corruption_fails() {
+        for l in [
+            "[   50.1] list_add corruption. next->prev should be prev (ffff888004a1c0a8), but was 0000000000000000. (next=ffff888004a1c0a8).",
+            "[   50.1] list_add corruption. prev is NULL.",
+            "[   50.1] list_add double add: new=ffff888004a1c0a8, prev=ffff888004a1c0a8, next=ffff888004b00010.",
+            "[   50.1] list_del corruption, ffff888004a1c0a8->next is LIST_POISON1 (dead000000000100)",
+            "[   50.1] list_del corruption. prev->next should be ffff888004a1c0a8, but was ffff888004a1c000. (prev=ffff888004b00010)",
+        ] {
+            assert_eq!(kind(l), Some("DEBUG_LIST"), "{l}");
+        }
+    }
+
+    #[test]
+    fn debug_vm_reports_fail() {
+        for (l, k) in [
+            (
+                "[   61.0] page dumped because: VM_BUG_ON_PAGE(page_ref_count(page) == 0)",
+                "DEBUG_VM",
+            ),
+            (
+                "[   61.0] page dumped because: VM_WARN_ON_ONCE_FOLIO(!folio_test_locked(folio))",
+                "DEBUG_VM",
+            ),
+            (
+                "[   61.0] vmg ffffc90000a3fc38 dumped because: VM_WARN_ON_VMG(start >= end)",
+                "DEBUG_VM",
+            ),
+            (
+                "[   61.0] BUG: Bad page state in process p2pbuf  pfn:1f4a0",
+                "bad page",
+            ),
+            (
+                "[   61.0] BUG: Bad page map in process nvme_p2p  pte:8000000004a1f067 pmd:04b2c067",
+                "bad page",
+            ),
+            ("[   61.0] kernel BUG at mm/memremap.c:512!", "BUG"),
+        ] {
+            assert_eq!(kind(l), Some(k), "{l}");
+        }
+    }
+
+    #[test]
+    fn lockdep_reports_fail() {
+        for l in [
+            "[   70.0] WARNING: possible circular locking dependency detected",
+            "[   70.0] WARNING: possible recursive locking detected",
+            "[   70.0] WARNING: inconsistent lock state",
+            "[   70.0] WARNING: possible irq lock inversion dependency detected",
+            "[   70.0] WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected",
+            "[   70.0] WARNING: bad unlock balance detected!",
+            "[   70.0] WARNING: held lock freed!",
+            "[   70.0] WARNING: p2pbuf/231 still has locks held!",
+            "[   70.0] WARNING: lock held when returning to user space!",
+            "[   70.0] [ BUG: Invalid wait context ]",
+            "[   70.0] WARNING: suspicious RCU usage",
+        ] {
+            assert_eq!(kind(l), Some("lockdep"), "{l}");
+        }
+    }
+
+    #[test]
+    fn hung_task_reports_fail() {
+        for l in [
+            "[  245.3] INFO: task engine_large:231 blocked for more than 30 seconds.",
+            "[  245.3] INFO: task nvme_p2p:240 blocked in I/O wait for more than 30 seconds.",
+        ] {
+            assert_eq!(kind(l), Some("hung task"), "{l}");
+        }
+    }
+
+    /// Every pattern is the one that names some recorded line above: none is dead, shadowed
+    /// by an earlier one, or untested.
+    #[test]
+    fn every_pattern_names_a_recorded_line() {
+        let lines = [
+            "BUG: KASAN: slab-use-after-free in f+0x1/0x2",
+            "KASAN: null-ptr-deref in range [0x0000000000000008-0x000000000000000f]",
+            "BUG: Bad page state in process p2pbuf  pfn:1f4a0",
+            "page dumped because: VM_BUG_ON_PAGE(page_ref_count(page) == 0)",
+            "list_add corruption. prev is NULL.",
+            "list_add double add: new=ffff888004a1c0a8, prev=ffff888004a1c0a8, next=ffff888004b00010.",
+            "list_del corruption, ffff888004a1c0a8->next is NULL",
+            "ODEBUG: free active (active state 0) object: 00000000a1b2c3d4 object type: timer_list hint: f+0x0/0x40",
+            "WARNING: possible circular locking dependency detected",
+            "WARNING: possible recursive locking detected",
+            "WARNING: inconsistent lock state",
+            "WARNING: possible irq lock inversion dependency detected",
+            "WARNING: SOFTIRQ-safe -> SOFTIRQ-unsafe lock order detected",
+            "WARNING: bad unlock balance detected!",
+            "WARNING: held lock freed!",
+            "WARNING: p2pbuf/231 still has locks held!",
+            "WARNING: lock held when returning to user space!",
+            "[ BUG: Invalid wait context ]",
+            "WARNING: suspicious RCU usage",
+            "INFO: task engine_large:231 blocked for more than 30 seconds.",
+            "INFO: task nvme_p2p:240 blocked in I/O wait for more than 30 seconds.",
+            "Oops: Oops: 0000 [#1] SMP",
+            "Oops - BUG: 0000 [#1] SMP",
+            "BUG: kernel NULL pointer dereference, address: 0000000000000008",
+            "kernel BUG at mm/memremap.c:512!",
+            "WARNING: kernel/dma/debug.c:1048 at check_unmap+0x6f4/0x8c0, CPU#1: engine_large/231",
+            "------------[ cut here ]------------",
+            "UBSAN: array-index-out-of-bounds in drivers/p2pbuf/x.c:12:3",
+            "Kernel panic - not syncing: Fatal exception",
+            "traps: p2pbuf[231] general protection fault ip:4011d6 sp:7ffd0 error:0 in p2pbuf[401000+93000]",
+            "unreferenced object 0xffff888003d1e000 (size 64):",
+            "kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
+            "rcu: rcu_sched self-detected stall on CPU",
+            "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+            "rust_kernel: panicked at rust/kernel/dma_buf.rs:120:9:",
+        ];
+        let named: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| first_pattern(l).map(|(_, p)| *p))
+            .collect();
+        for (i, (_, p)) in PATTERNS.iter().enumerate() {
+            assert!(!PATTERNS[..i].iter().any(|(_, q)| q == p), "{p:?} twice");
+            assert!(named.contains(p), "no recorded line is named by {p:?}");
+        }
     }
 }
