@@ -39,6 +39,13 @@ const ENGINE_TESTS: &[&str] = &["engine_", "importer"];
 /// is 3,279 s of virtual time there.
 const ENGINE_TEST_TIMEOUT: u32 = 20000;
 
+/// The hung-task detector's limit on the engine boot, in guest seconds: the debug kernel's
+/// 30 s (`CONFIG_DEFAULT_HUNG_TASK_TIMEOUT`, linux/p2pbuf.config) would report a test that
+/// waits uninterruptibly for one engine copy, which takes up to thousands of virtual seconds
+/// there. As long as a test may take, so that run-tests.sh's limit ends a slow test first and
+/// the detector still reports a task stuck beyond it.
+const ENGINE_HUNG_TASK_TIMEOUT: u32 = ENGINE_TEST_TIMEOUT;
+
 /// Wall seconds the engine boot gets at least.
 const ENGINE_MIN_WALL_S: u64 = 2400;
 
@@ -102,6 +109,9 @@ impl Boot {
             cfg.smp = 1;
             cfg.append
                 .push(format!("p2pbuf.test_timeout={ENGINE_TEST_TIMEOUT}"));
+            cfg.append.push(format!(
+                "sysctl.kernel.hung_task_timeout_secs={ENGINE_HUNG_TASK_TIMEOUT}"
+            ));
         }
         cfg.append.push(format!("p2pbuf.suite={}", self.name));
         if !self.only.is_empty() {
@@ -201,6 +211,7 @@ mod tests {
         let mut cfg = VmConfig::default();
         main.apply(&mut cfg);
         assert!(!cfg.icount);
+        assert!(!cfg.append.iter().any(|a| a.contains("hung_task")));
         assert!(cfg
             .append
             .contains(&"p2pbuf.skip=topo_,engine_,importer".to_string()));
@@ -212,6 +223,27 @@ mod tests {
             .append
             .iter()
             .any(|a| a.starts_with("p2pbuf.test_timeout=")));
+    }
+
+    #[test]
+    fn only_the_icount_boot_raises_the_hung_task_limit() {
+        for b in all() {
+            let mut cfg = VmConfig::default();
+            b.apply(&mut cfg);
+            let limits: Vec<u64> = cfg
+                .append
+                .iter()
+                .filter_map(|a| a.strip_prefix("sysctl.kernel.hung_task_timeout_secs="))
+                .map(|v| v.parse().unwrap())
+                .collect();
+            if b.icount {
+                // Longer than a 64 MiB copy (3,279 s of virtual time) and than a test may run.
+                assert_eq!(limits, [u64::from(ENGINE_TEST_TIMEOUT)], "{}", b.name);
+                assert!(limits[0] > 3279);
+            } else {
+                assert!(limits.is_empty(), "{}: {limits:?}", b.name);
+            }
+        }
     }
 
     #[test]
