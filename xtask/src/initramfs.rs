@@ -107,8 +107,9 @@ fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
     Ok(())
 }
 
+/// The packed initramfs of the context's kernel flavour (it carries that kernel's modules).
 pub fn initramfs_path(ctx: &Ctx) -> PathBuf {
-    ctx.cache.join("build/initramfs.cpio")
+    ctx.flavour_build().join("initramfs.cpio")
 }
 
 /// Library paths in `ldd` output.
@@ -222,8 +223,11 @@ fn build_selftests(ctx: &Ctx, src_dir: &str, dest: &Path) -> Result<Vec<String>>
 }
 
 pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
-    heading("initramfs: busybox, modules, tests, tools, p2pbuf binaries");
-    let root = ctx.cache.join("build/initramfs");
+    heading(&format!(
+        "initramfs: busybox, modules, tests, tools, p2pbuf binaries{}",
+        ctx.flavour.note()
+    ));
+    let root = ctx.flavour_build().join("initramfs");
     let _ = fs::remove_dir_all(&root);
     for d in [
         "bin",

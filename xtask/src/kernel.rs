@@ -1,8 +1,11 @@
 //! `cargo xtask kernel`: applies the series in `linux/patches/` to the pristine tree,
 //! configures it from `linux/p2pbuf.config`, and builds bzImage and modules (incrementally).
+//! The benchmark kernel (`cargo xtask bench`) is configured from the same fragment without
+//! its debug block, generated into its own build directory.
 
-use crate::util::{hash_files, heading, output, run_step, Ctx, Stamp};
+use crate::util::{hash_files, heading, output, run_step, Ctx, Flavour, Stamp};
 use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
@@ -137,8 +140,90 @@ pub fn config_mismatches(fragment: &str, config: &str) -> Vec<String> {
         .collect()
 }
 
+/// The config fragment of the repository.
+const FRAGMENT: &str = "linux/p2pbuf.config";
+
+/// The block of [`FRAGMENT`] that the benchmark kernel leaves out: from `# BEGIN debug` to
+/// `# END debug`, those lines included.
+const DEBUG_BLOCK: &str = "debug";
+
+/// `text` without the lines from `# BEGIN <name>` to `# END <name>` (markers included, each
+/// alone on its line); every other line kept as it is. An error if the block is missing,
+/// unterminated, nested or repeated, or if an END comes without its BEGIN.
+pub fn without_block(text: &str, name: &str) -> Result<String> {
+    let (begin, end) = (format!("# BEGIN {name}"), format!("# END {name}"));
+    let mut out = String::with_capacity(text.len());
+    let mut inside: Option<usize> = None;
+    let mut blocks = 0;
+    for (i, line) in text.lines().enumerate() {
+        let marker = line.trim_end();
+        if marker == begin {
+            if let Some(open) = inside {
+                bail!(
+                    "line {}: `{begin}` inside the block opened on line {open}",
+                    i + 1
+                );
+            }
+            if blocks > 0 {
+                bail!("line {}: a second `{begin}` block", i + 1);
+            }
+            inside = Some(i + 1);
+        } else if marker == end {
+            if inside.take().is_none() {
+                bail!("line {}: `{end}` without a `{begin}` before it", i + 1);
+            }
+            blocks += 1;
+        } else if inside.is_none() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if let Some(open) = inside {
+        bail!("line {open}: `{begin}` has no `{end}`");
+    }
+    if blocks == 0 {
+        bail!("no `{begin}` ... `{end}` block");
+    }
+    Ok(out)
+}
+
+/// The options the block `name` of a fragment turns on (`=y`), without `CONFIG_`.
+pub fn block_options(text: &str, name: &str) -> Result<Vec<String>> {
+    let kept = parse_config(&without_block(text, name)?);
+    Ok(parse_config(text)
+        .into_iter()
+        .filter(|kv| kv.1 == "y" && !kept.contains(kv))
+        .map(|(k, _)| k.trim_start_matches("CONFIG_").to_string())
+        .collect())
+}
+
+/// The fragment the context's kernel is configured from, and a name for it in messages: the
+/// repository's for the lab kernel; for the benchmark kernel the repository's without its
+/// debug block, written to `build/bench/bench.config` (only when it changed).
+fn fragment(ctx: &Ctx) -> Result<(PathBuf, String)> {
+    let repo = ctx.root.join(FRAGMENT);
+    match ctx.flavour {
+        Flavour::Debug => Ok((repo, FRAGMENT.to_string())),
+        Flavour::Bench => {
+            let text = fs::read_to_string(&repo)
+                .with_context(|| format!("cannot read {}", repo.display()))?;
+            let bench = without_block(&text, DEBUG_BLOCK).with_context(|| {
+                format!("{FRAGMENT}: the bench kernel leaves out its debug block")
+            })?;
+            let path = ctx.flavour_build().join("bench.config");
+            if fs::read_to_string(&path).ok().as_deref() != Some(bench.as_str()) {
+                fs::create_dir_all(ctx.flavour_build())?;
+                fs::write(&path, bench)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            let name = format!("{FRAGMENT} without its debug block ({})", path.display());
+            Ok((path, name))
+        }
+    }
+}
+
 fn configure(ctx: &Ctx) -> Result<()> {
-    let fragment = ctx.root.join("linux/p2pbuf.config");
+    let (fragment, fragment_name) = fragment(ctx)?;
     let ksrc = ctx.ksrc()?;
     let hash = hash_files(&[fragment.clone(), ksrc.join("Makefile")], &[])?;
     let stamp = Stamp(ctx.kbuild().join(".p2pbuf-config.sha256"));
@@ -169,7 +254,7 @@ fn configure(ctx: &Ctx) -> Result<()> {
     )?;
     run_step(
         ctx,
-        "merge linux/p2pbuf.config",
+        &format!("merge {fragment_name}"),
         "kernel-config",
         Command::new(ksrc.join("scripts/kconfig/merge_config.sh"))
             .current_dir(&ksrc)
@@ -190,7 +275,7 @@ fn configure(ctx: &Ctx) -> Result<()> {
     );
     if !bad.is_empty() {
         bail!(
-            "linux/p2pbuf.config asks for options that Kconfig dropped (a missing dependency?): {}",
+            "{fragment_name} asks for options that Kconfig dropped (a missing dependency?): {}",
             bad.join(", ")
         );
     }
@@ -199,7 +284,10 @@ fn configure(ctx: &Ctx) -> Result<()> {
 }
 
 pub fn kernel(ctx: &Ctx, opts: &KernelOpts) -> Result<()> {
-    heading("kernel: Linux 7.2 + the p2pbuf series");
+    heading(&format!(
+        "kernel: Linux 7.2 + the p2pbuf series{}",
+        ctx.flavour.note()
+    ));
     if opts.keep_tree {
         println!("    --keep-tree: building the tree as it is, series not applied");
     } else {
@@ -220,6 +308,43 @@ pub fn bzimage(ctx: &Ctx) -> PathBuf {
     ctx.kbuild().join("arch/x86/boot/bzImage")
 }
 
+/// What the context's kernel build directory holds, in one line for reports: release, tree,
+/// configuration and the SHA-256 of its `.config` (first 12 hex digits).
+pub fn describe(ctx: &Ctx, keep_tree: bool) -> String {
+    let kb = ctx.kbuild();
+    let release = fs::read_to_string(kb.join("include/config/kernel.release"))
+        .map(|r| r.trim().to_string())
+        .unwrap_or_else(|_| "7.2 (release not recorded)".into());
+    let tree = if keep_tree {
+        "the kernel tree as it was (--keep-tree)".to_string()
+    } else {
+        let n = series_files(ctx).map(|v| v.len()).unwrap_or(0);
+        format!("the p2pbuf series ({n} patches)")
+    };
+    let config = match ctx.flavour {
+        Flavour::Debug => format!("debug lab config ({FRAGMENT}, debug block included)"),
+        Flavour::Bench => {
+            let dropped = fs::read_to_string(ctx.root.join(FRAGMENT))
+                .ok()
+                .and_then(|t| block_options(&t, DEBUG_BLOCK).ok())
+                .map(|v| v.join(", "))
+                .unwrap_or_else(|| "?".into());
+            format!("bench config ({FRAGMENT} without its debug block: no {dropped})")
+        }
+    };
+    // As `sha256sum .config` prints it.
+    let sha: String = fs::read(kb.join(".config"))
+        .map(|c| {
+            Sha256::digest(c)
+                .iter()
+                .take(6)
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .unwrap_or_else(|_| "unknown".into());
+    format!("Linux {release} + {tree}, {config}, .config sha256 {sha}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +360,118 @@ mod tests {
                 ("CONFIG_C".into(), "\"x\"".into())
             ]
         );
+    }
+
+    const FRAG: &str = "CONFIG_A=y\n# about the block\n# BEGIN debug\nCONFIG_KASAN=y\nCONFIG_T=30\nCONFIG_P=n\n# END debug\nCONFIG_B=y\n# CONFIG_C is not set\n";
+
+    #[test]
+    fn bench_fragment_leaves_out_the_debug_block_only() {
+        assert_eq!(
+            without_block(FRAG, "debug").unwrap(),
+            "CONFIG_A=y\n# about the block\nCONFIG_B=y\n# CONFIG_C is not set\n"
+        );
+        // Markers with trailing blanks still count; the last line needs no newline.
+        assert_eq!(
+            without_block("X=1\n# BEGIN debug  \nY=1\n# END debug\t\nZ=1", "debug").unwrap(),
+            "X=1\nZ=1\n"
+        );
+        assert_eq!(block_options(FRAG, "debug").unwrap(), ["KASAN"]);
+    }
+
+    #[test]
+    fn bench_fragment_refuses_a_broken_block() {
+        for (text, why) in [
+            (
+                "CONFIG_A=y\n# BEGIN debug\nCONFIG_KASAN=y\n",
+                "has no `# END debug`",
+            ),
+            ("CONFIG_A=y\n# END debug\n", "without a `# BEGIN debug`"),
+            (
+                "# BEGIN debug\n# BEGIN debug\n# END debug\n# END debug\n",
+                "inside the block",
+            ),
+            (
+                "# BEGIN debug\n# END debug\n# BEGIN debug\n# END debug\n",
+                "a second",
+            ),
+            ("CONFIG_A=y\n", "no `# BEGIN debug`"),
+            // Another block's markers do not close this one.
+            (
+                "# BEGIN debug\nCONFIG_X=y\n# END other\n",
+                "has no `# END debug`",
+            ),
+        ] {
+            let e = without_block(text, "debug").unwrap_err().to_string();
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_repository_fragment_has_a_debug_block() {
+        let text = fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../linux/p2pbuf.config"),
+        )
+        .unwrap();
+        let bench = without_block(&text, DEBUG_BLOCK).unwrap();
+        assert!(bench.contains("CONFIG_PCI_P2PDMA=y"));
+        assert!(!bench.contains("CONFIG_DMA_API_DEBUG=y"));
+        assert!(!block_options(&text, DEBUG_BLOCK).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bench_kernel_builds_apart_and_says_what_it_is() {
+        let cache = std::env::temp_dir().join(format!("p2pbuf-flavour-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&cache);
+        let debug = Ctx::new(Some(cache.clone()), false).unwrap();
+        // The lab kernel keeps the paths it had before flavours (a warm cache stays warm).
+        if std::env::var_os("P2PBUF_KBUILD").is_none() {
+            assert_eq!(debug.kbuild(), cache.join("build/linux"));
+        }
+        assert_eq!(
+            crate::modules::module_out(&debug, "importer"),
+            cache.join("build/importer")
+        );
+        assert_eq!(
+            crate::initramfs::initramfs_path(&debug),
+            cache.join("build/initramfs.cpio")
+        );
+        let bench = debug.with_flavour(Flavour::Bench);
+        assert_eq!(bench.kbuild(), cache.join("build/bench/linux"));
+        assert_eq!(
+            crate::modules::module_out(&bench, "importer"),
+            cache.join("build/bench/importer")
+        );
+        assert_eq!(
+            crate::initramfs::initramfs_path(&bench),
+            cache.join("build/bench/initramfs.cpio")
+        );
+        // The generated fragment: the repository's without its debug block.
+        let (path, name) = fragment(&bench).unwrap();
+        assert_eq!(path, cache.join("build/bench/bench.config"));
+        assert!(name.contains("without its debug block"), "{name}");
+        let repo = fs::read_to_string(bench.root.join(FRAGMENT)).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            without_block(&repo, DEBUG_BLOCK).unwrap()
+        );
+        // What the results say about it.
+        let kb = bench.kbuild();
+        fs::create_dir_all(kb.join("include/config")).unwrap();
+        fs::write(kb.join("include/config/kernel.release"), "7.2.13\n").unwrap();
+        fs::write(kb.join(".config"), "CONFIG_PCI_P2PDMA=y\n").unwrap();
+        let d = describe(&bench, false);
+        assert!(d.starts_with("Linux 7.2.13 + the p2pbuf series ("), "{d}");
+        assert!(
+            d.contains("bench config (linux/p2pbuf.config without its debug block: no "),
+            "{d}"
+        );
+        for o in block_options(&repo, DEBUG_BLOCK).unwrap() {
+            assert!(d.contains(&o), "{o} missing: {d}");
+        }
+        // `printf 'CONFIG_PCI_P2PDMA=y\n' | sha256sum`
+        assert!(d.ends_with(".config sha256 67df6ed8d708"), "{d}");
+        assert!(describe(&bench, true).contains("the kernel tree as it was (--keep-tree)"));
+        fs::remove_dir_all(&cache).unwrap();
     }
 
     #[test]

@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use util::{heading, Ctx};
+use util::{heading, Ctx, Flavour};
 use vm::{Mode, Topology, VmConfig, VmFiles};
 
 #[derive(Parser)]
@@ -141,7 +141,8 @@ enum Cmd {
         #[arg(long, value_parser = ["fail", "warn"])]
         inject: Option<String>,
     },
-    /// Run every benchmark in the VM; Markdown tables and SVG plots under results/.
+    /// Run every benchmark in the VM, on the bench kernel (linux/p2pbuf.config without its
+    /// debug block, built under build/bench/); Markdown tables and SVG plots under results/.
     Bench {
         #[command(flatten)]
         build: BuildOpts,
@@ -194,8 +195,13 @@ fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
     if b.skip_kernel {
         if !kernel::bzimage(ctx).exists() {
             bail!(
-                "--skip-kernel: no kernel built yet in {}",
-                ctx.kbuild().display()
+                "--skip-kernel: no kernel built yet in {}{}",
+                ctx.kbuild().display(),
+                match ctx.flavour {
+                    Flavour::Debug => "",
+                    Flavour::Bench =>
+                        " (the bench kernel: run `cargo xtask bench` once without --skip-kernel)",
+                }
             );
         }
     } else {
@@ -546,7 +552,12 @@ fn real_main(cli: Cli) -> Result<()> {
                     bail!("--filter takes one word (a part of a benchmark's file name)");
                 }
             }
+            // Benchmarks run on their own kernel: the lab's configuration without the debug
+            // block (DMA-API debugging, DEBUG_VM, DEBUG_OBJECTS...): they would be measured too.
+            let ctx = ctx.with_flavour(Flavour::Bench);
             let files = build_all(&ctx, &build)?;
+            let kernel = kernel::describe(&ctx, build.keep_tree);
+            println!("    kernel: {kernel}");
             let mut cfg = vm.config(Mode::Bench);
             // tests/bench/rdma.sh pins 1 GiB of host memory (and touches 1 GiB more) for the
             // registration benchmark.

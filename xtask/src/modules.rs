@@ -1,5 +1,6 @@
 //! `cargo xtask modules`: builds `exporter-kmod/` and `importer/` out of tree against the
-//! kernel of `cargo xtask kernel`, with build output in the cache (`make M= MO=`).
+//! kernel of `cargo xtask kernel`, with build output in the cache (`make M= MO=`): under
+//! `build/` for the lab kernel, `build/bench/` for the benchmark kernel.
 
 use crate::util::{heading, run_step, Ctx};
 use anyhow::Result;
@@ -11,8 +12,9 @@ pub const MODULES: &[(&str, &str)] = &[
     ("importer", "p2pbuf_importer"),
 ];
 
+/// The build output of one module, for the context's kernel flavour.
 pub fn module_out(ctx: &Ctx, dir: &str) -> PathBuf {
-    ctx.cache.join("build").join(dir)
+    ctx.flavour_build().join(dir)
 }
 
 /// Paths of the built `.ko` files.
@@ -24,7 +26,10 @@ pub fn module_files(ctx: &Ctx) -> Vec<PathBuf> {
 }
 
 pub fn modules(ctx: &Ctx, clippy: bool) -> Result<()> {
-    heading("modules: exporter-kmod, importer");
+    heading(&format!(
+        "modules: exporter-kmod, importer{}",
+        ctx.flavour.note()
+    ));
     for (dir, _) in MODULES {
         let out = module_out(ctx, dir);
         std::fs::create_dir_all(&out)?;

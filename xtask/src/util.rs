@@ -10,6 +10,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// Which kernel a command builds and boots: each has its own configuration, build directory,
+/// module builds and initramfs in the cache; the kernel tree, rdma-core and the userspace
+/// binaries are shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavour {
+    /// The lab kernel (`test`, `run`, `vm`, `kernel`, `modules`, `initramfs`):
+    /// `linux/p2pbuf.config` as it is, its debug block included. Builds under `build/`.
+    Debug,
+    /// The benchmark kernel (`bench`): `linux/p2pbuf.config` without its
+    /// `# BEGIN debug` ... `# END debug` block. Builds under `build/bench/`.
+    Bench,
+}
+
+impl Flavour {
+    /// Added to the build steps' headings: nothing for the lab kernel.
+    pub fn note(self) -> &'static str {
+        match self {
+            Flavour::Debug => "",
+            Flavour::Bench => " (bench kernel: no debug block)",
+        }
+    }
+}
+
 /// Everything a subcommand needs to know about where it runs.
 pub struct Ctx {
     /// Root of the p2pbuf checkout.
@@ -18,6 +41,8 @@ pub struct Ctx {
     pub cache: PathBuf,
     /// Print every line of every step instead of a spinner.
     pub verbose: bool,
+    /// The kernel this command builds and boots.
+    pub flavour: Flavour,
 }
 
 impl Ctx {
@@ -45,7 +70,13 @@ impl Ctx {
             root,
             cache,
             verbose,
+            flavour: Flavour::Debug,
         })
+    }
+
+    /// The same context for the kernel `flavour`.
+    pub fn with_flavour(self, flavour: Flavour) -> Self {
+        Self { flavour, ..self }
     }
 
     /// `$XDG_CACHE_HOME/p2pbuf`, else `~/.cache/p2pbuf`.
@@ -76,12 +107,21 @@ impl Ctx {
         self.cache
             .join("tools/libclang/libclang-18.1.1.data/platlib/clang/native")
     }
-    /// The kernel build directory (`make O=`); `P2PBUF_KBUILD` overrides it (a developer's
-    /// second build, with `P2PBUF_KSRC` for its tree and `--skip-kernel`).
+    /// Where the flavour's kernel, modules and initramfs are built: `build/` for the lab
+    /// kernel (as before flavours existed), `build/bench/` for the benchmark kernel.
+    pub fn flavour_build(&self) -> PathBuf {
+        match self.flavour {
+            Flavour::Debug => self.cache.join("build"),
+            Flavour::Bench => self.cache.join("build/bench"),
+        }
+    }
+    /// The kernel build directory (`make O=`) of the flavour. For the lab kernel
+    /// `P2PBUF_KBUILD` overrides it (a developer's second build, with `P2PBUF_KSRC` for its
+    /// tree and `--skip-kernel`); the benchmark kernel is always `build/bench/linux`.
     pub fn kbuild(&self) -> PathBuf {
         match std::env::var_os("P2PBUF_KBUILD") {
-            Some(d) if !d.is_empty() => PathBuf::from(d),
-            _ => self.cache.join("build/linux"),
+            Some(d) if !d.is_empty() && self.flavour == Flavour::Debug => PathBuf::from(d),
+            _ => self.flavour_build().join("linux"),
         }
     }
     pub fn vm_dir(&self) -> PathBuf {
