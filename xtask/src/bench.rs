@@ -14,6 +14,10 @@
 //!
 //! `BENCHINFO` and `BENCHMETRIC` are optional: without them the baseline, the sweep key and
 //! the metrics' units are inferred (see [`Bench::finish`]).
+//!
+//! Every table and the index say which kernel produced the figures (the bench kernel: the
+//! lab's configuration without its debug block, `xtask/src/kernel.rs`); `raw.txt` records it
+//! in its first line, `# kernel ...`, so that `--from-raw` says it again.
 
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -523,9 +527,26 @@ fn rep_counts(b: &Bench) -> String {
     }
 }
 
-/// The Markdown report of one benchmark: one table per metric.
-pub fn markdown(b: &Bench) -> String {
+/// The line of `raw.txt` that records the kernel of the run (before the protocol lines).
+const KERNEL_LINE: &str = "# kernel ";
+
+/// What the results say about a kernel that no `# kernel` line recorded.
+const KERNEL_UNKNOWN: &str = "not recorded (raw lines from before xtask recorded the kernel)";
+
+/// The kernel a run's lines (a `raw.txt`) record, if any.
+pub fn recorded_kernel(lines: &[String]) -> Option<String> {
+    lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix(KERNEL_LINE))
+        .map(|k| k.trim().to_string())
+        .filter(|k| !k.is_empty())
+}
+
+/// The Markdown report of one benchmark: one table per metric. `kernel` says which kernel
+/// produced the figures.
+pub fn markdown(b: &Bench, kernel: &str) -> String {
     let mut md = format!("# {} (`{}`)\n\n", b.title, b.name);
+    let _ = writeln!(md, "Kernel: {kernel}.\n");
     let base = b.baseline.as_deref().unwrap_or("-");
     let compared = b.compared();
     let _ = writeln!(
@@ -864,13 +885,13 @@ pub fn summary_lines(benches: &[Bench]) -> Vec<String> {
     out
 }
 
-/// The index of a results directory.
-pub fn index(benches: &[Bench], progs: &[Program], when: &str, reps: u32) -> String {
+/// The index of a results directory. `kernel` says which kernel produced the figures.
+pub fn index(benches: &[Bench], progs: &[Program], when: &str, reps: u32, kernel: &str) -> String {
     let mut md = format!(
         "# Benchmark results\n\n`cargo xtask bench`, {when}, {reps} repetitions per point, one VM \
          run (QEMU TCG: the numbers compare paths measured side by side, they are not hardware \
          speeds). Method and protocol: `docs/bench.md` in the repository. Raw lines: \
-         [raw.txt](raw.txt).\n\n## Benchmarks\n\n\
+         [raw.txt](raw.txt).\n\nKernel: {kernel}.\n\n## Benchmarks\n\n\
          | bench | what | baseline | compared | metrics | table | plot |\n|---|---|---|---|---|---|---|\n"
     );
     for b in benches {
@@ -927,6 +948,8 @@ pub struct Report {
     pub benches: Vec<Bench>,
     pub programs: Vec<Program>,
     pub files: Vec<String>,
+    /// The kernel the results say produced them.
+    pub kernel: String,
 }
 
 impl Report {
@@ -948,8 +971,18 @@ fn utc_now() -> String {
 
 /// Writes the results of one bench run: per benchmark `<bench>.md` and `<bench>.svg`, the
 /// index `README.md` and `raw.txt`. Files a previous run wrote there are removed first.
-/// `reps` 0: take the repetition count from the data.
-pub fn write_results(lines: &[String], out: &Path, reps: u32) -> Result<Report> {
+/// `reps` 0: take the repetition count from the data. `kernel`: the kernel of the run; `None`
+/// for the one `lines` record (a `raw.txt`).
+pub fn write_results(
+    lines: &[String],
+    out: &Path,
+    reps: u32,
+    kernel: Option<&str>,
+) -> Result<Report> {
+    let kernel = kernel
+        .map(str::to_string)
+        .or_else(|| recorded_kernel(lines))
+        .unwrap_or_else(|| KERNEL_UNKNOWN.to_string());
     let parsed: Vec<Line> = lines.iter().filter_map(|l| parse_line(l)).collect();
     let progs = programs(lines);
     if parsed.is_empty() {
@@ -986,23 +1019,25 @@ pub fn write_results(lines: &[String], out: &Path, reps: u32) -> Result<Report> 
     let mut files = vec![];
     for b in &benches {
         let f = file_stem(&b.name);
-        fs::write(out.join(format!("{f}.md")), markdown(b))?;
+        fs::write(out.join(format!("{f}.md")), markdown(b, &kernel))?;
         fs::write(out.join(format!("{f}.svg")), svg(b))?;
         files.push(format!("{f}.md"));
         files.push(format!("{f}.svg"));
     }
     fs::write(
         out.join("README.md"),
-        index(&benches, &progs, &utc_now(), reps),
+        index(&benches, &progs, &utc_now(), reps, &kernel),
     )?;
-    let raw: String = lines
-        .iter()
-        .filter(|l| {
-            let t = l.trim();
-            parse_line(t).is_some() || t.starts_with("# bench ")
-        })
-        .map(|l| format!("{}\n", l.trim()))
-        .collect();
+    let mut raw = format!("{KERNEL_LINE}{kernel}\n");
+    raw.extend(
+        lines
+            .iter()
+            .filter(|l| {
+                let t = l.trim();
+                parse_line(t).is_some() || t.starts_with("# bench ")
+            })
+            .map(|l| format!("{}\n", l.trim())),
+    );
     fs::write(out.join("raw.txt"), raw)?;
     files.push("README.md".into());
     files.push("raw.txt".into());
@@ -1010,6 +1045,7 @@ pub fn write_results(lines: &[String], out: &Path, reps: u32) -> Result<Report> 
         benches,
         programs: progs,
         files,
+        kernel,
     })
 }
 
@@ -1112,7 +1148,7 @@ mod tests {
         assert_eq!(b.ratio("dmabuf", "65536", "reg_us"), Some(0.5));
         assert_eq!(b.ratio("dmabuf", "65536", "bw"), Some(3.0));
         assert_eq!(b.ratio("dmabuf", "4096", "reg_us"), None);
-        let md = markdown(b);
+        let md = markdown(b, "Linux 7.2.13 + test");
         assert!(md.contains("## reg_us (us, lower is better)"), "{md}");
         assert!(
             md.contains("| 64 KiB |") || md.contains("| 65536 |"),
@@ -1158,7 +1194,7 @@ mod tests {
         assert_eq!(b.xs, vec!["4096", "1048576"]);
         assert_eq!(b.metrics[0].unit, "us");
         assert_eq!(b.metrics[2].name, "ranges");
-        let md = markdown(b);
+        let md = markdown(b, "Linux 7.2.13 + test");
         assert!(
             md.contains("| size | p2pbuf | udmabuf (baseline) | p2pbuf / udmabuf |"),
             "{md}"
@@ -1208,7 +1244,7 @@ mod tests {
         assert!(b.problems[0].contains("lat_us=fail is not a number"));
         assert!(b.problems[1].contains("no kind="));
         assert!(b.problems[2].contains("no size="));
-        let md = markdown(b);
+        let md = markdown(b, "Linux 7.2.13 + test");
         assert!(md.contains("has no samples in this run: no ratios"), "{md}");
         assert!(md.contains("## Problems in the output"));
         assert_eq!(b.stats("dmabuf", "4096", "lat_us").unwrap().n, 1);
@@ -1278,10 +1314,53 @@ mod tests {
             &programs(&lines),
             "now",
             3,
+            "Linux 7.2.13 + test",
         );
         assert!(idx.contains("| rdma.sh | 1 (failed"), "{idx}");
         assert!(idx.contains("| nvme | did not finish |"), "{idx}");
         assert!(idx.contains("[x.md](x.md)"), "{idx}");
+    }
+
+    #[test]
+    fn results_say_which_kernel_and_raw_txt_keeps_it() {
+        let out = std::env::temp_dir().join(format!("p2pbuf-bench-kernel-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&out);
+        let kernel = "Linux 7.2.13 + the p2pbuf series (9 patches), bench config (x), .config sha256 0123456789ab";
+        let lines: Vec<String> = [
+            "# bench export_map",
+            "BENCH x kind=a size=4096 rep=0 t_us=1",
+            "[   40.1] unrelated console line",
+            "# bench export_map exit 0",
+        ]
+        .map(String::from)
+        .to_vec();
+        let rep = write_results(&lines, &out, 1, Some(kernel)).unwrap();
+        assert_eq!(rep.kernel, kernel);
+        for f in ["README.md", "x.md"] {
+            let md = fs::read_to_string(out.join(f)).unwrap();
+            assert!(md.contains(&format!("Kernel: {kernel}.")), "{f}: {md}");
+        }
+        let raw = fs::read_to_string(out.join("raw.txt")).unwrap();
+        assert_eq!(
+            raw.lines().next(),
+            Some(format!("# kernel {kernel}").as_str())
+        );
+        assert!(!raw.contains("unrelated"));
+        // Re-rendered from raw.txt (--from-raw): the recorded kernel, written once.
+        let raw_lines: Vec<String> = raw.lines().map(String::from).collect();
+        let again = out.join("again");
+        let rep = write_results(&raw_lines, &again, 0, None).unwrap();
+        assert_eq!(rep.kernel, kernel);
+        let raw2 = fs::read_to_string(again.join("raw.txt")).unwrap();
+        assert_eq!(raw2, raw);
+        // Raw lines from before: said so.
+        let old = out.join("old");
+        let rep = write_results(&lines, &old, 0, None).unwrap();
+        assert_eq!(rep.kernel, KERNEL_UNKNOWN);
+        assert!(fs::read_to_string(old.join("README.md"))
+            .unwrap()
+            .contains("Kernel: not recorded"));
+        fs::remove_dir_all(&out).unwrap();
     }
 
     #[test]

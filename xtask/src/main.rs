@@ -543,7 +543,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 let text = std::fs::read_to_string(&raw)
                     .with_context(|| format!("reading {}", raw.display()))?;
                 let lines: Vec<String> = text.lines().map(str::to_string).collect();
-                let rep = bench::write_results(&lines, &out, 0)?;
+                let rep = bench::write_results(&lines, &out, 0, None)?;
                 bench_summary(&rep, &out);
                 return Ok(());
             }
@@ -577,7 +577,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 label: "bench".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
-            let rep = bench::write_results(&o.parser.lines, &out, reps)
+            let rep = bench::write_results(&o.parser.lines, &out, reps, Some(&kernel))
                 .with_context(|| format!("console log: {}", o.console_log.display()))?;
             bench_summary(&rep, &out);
             let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
@@ -645,6 +645,7 @@ fn real_main(cli: Cli) -> Result<()> {
 /// The terminal summary of a bench run.
 fn bench_summary(rep: &bench::Report, out: &std::path::Path) {
     heading("bench: summary (median of the kind / median of the baseline)");
+    println!("    kernel: {}", rep.kernel);
     for l in bench::summary_lines(&rep.benches) {
         println!("    {l}");
     }
