@@ -1,7 +1,7 @@
 //! A streaming KTAP (and TAP 13) parser for the in-VM suite, and the console scanner that
 //! turns kernel oopses, WARNs, BUGs, lockdep and kmemleak reports, and those of the debug lab
-//! kernel's checkers (DMA-API debugging, DEBUG_OBJECTS, DEBUG_LIST, DEBUG_VM, KASAN, the
-//! hung-task detector), into failures.
+//! kernel's checkers (DMA-API debugging, SLUB_DEBUG, DEBUG_OBJECTS, DEBUG_LIST, DEBUG_VM,
+//! KASAN, the hung-task detector), into failures.
 
 /// How a test ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,6 +269,11 @@ const PATTERNS: &[(&str, &str)] = &[
     // ("page dumped because: VM_BUG_ON_PAGE(...)", include/linux/mmdebug.h), VM_WARN_ON_VMG
     // the merge state ("vmg ... dumped because: ..."); a plain VM_BUG_ON is a `kernel BUG at`.
     ("DEBUG_VM", "dumped because: "),
+    // SLUB_DEBUG (mm/slub.c check_bytes_and_report): "[Poison overwritten] 0x...-0x...
+    // @offset=64. First byte 0x0 instead of 0x6b", also for "Left Redzone", "Right Redzone",
+    // "kmalloc Redzone", "End Poison", "Alignment padding", "Object padding". The report's
+    // heading, "BUG <cache> (<taint>): <reason>", has no colon after BUG: see slub_heading.
+    ("SLUB_DEBUG", " overwritten] 0x"),
     // DEBUG_LIST (lib/list_debug.c, through CHECK_DATA_CORRUPTION: a WARN whose message is
     // the line below).
     ("DEBUG_LIST", "list_add corruption"),
@@ -347,6 +352,17 @@ fn dma_api_info(msg: &str) -> bool {
     })
 }
 
+/// Whether a line (without its timestamp) is the heading of a SLUB_DEBUG report (mm/slub.c
+/// `__slab_bug`): `BUG <cache> (<taint>): <reason>`, e.g. "BUG kmalloc-64 (Not tainted):
+/// Object already free". Unlike every other report it has no colon after `BUG`.
+fn slub_heading(line: &str) -> bool {
+    line.strip_prefix("BUG ")
+        .and_then(|r| r.split_once(" ("))
+        .is_some_and(|(cache, rest)| {
+            !cache.is_empty() && !cache.contains(' ') && rest.contains("): ")
+        })
+}
+
 /// The entry of [`PATTERNS`] that names the problem on a line without its timestamp.
 fn first_pattern(line: &str) -> Option<&'static (&'static str, &'static str)> {
     PATTERNS.iter().find(|(_, p)| line.contains(p))
@@ -370,6 +386,9 @@ pub fn scan_console(raw: &str) -> Option<Problem> {
         } else {
             problem("DMA-API")
         };
+    }
+    if slub_heading(line) {
+        return problem("SLUB_DEBUG");
     }
     // kmemleak prints "kmemleak: N new suspected memory leaks": the interesting one.
     first_pattern(line).and_then(|(k, _)| problem(k))
@@ -563,6 +582,29 @@ mod tests {
     }
 
     #[test]
+    fn slub_debug_reports_fail() {
+        for l in [
+            "[   55.1] BUG kmalloc-64 (Tainted: G           O      ): Object already free",
+            "[   55.1] BUG kmalloc-rnd-03-128 (Not tainted): Object corrupt",
+            "[   55.1] BUG p2pbuf_buffer (Tainted: G    B      O      ): Padding overwritten. 0x00000000c0ffee00-0x00000000c0ffee3f @offset=4032",
+            "[   55.1] BUG <unknown> (Not tainted): No slab cache for object 0x00000000c0ffee00",
+            "[   55.1] [Poison overwritten] 0x00000000c0ffee40-0x00000000c0ffee40 @offset=64. First byte 0x0 instead of 0x6b",
+            "[   55.1] [Right Redzone overwritten] 0x00000000c0ffee80-0x00000000c0ffee87 @offset=128. First byte 0x0 instead of 0xcc",
+        ] {
+            assert_eq!(kind(l), Some("SLUB_DEBUG"), "{l}");
+        }
+        // Its boot line, and a kernel BUG that is not SLUB's.
+        assert_eq!(
+            kind("[    0.1] SLUB: HWalign=64, Order=0-3, MinObjects=0, CPUs=2, Nodes=1"),
+            None
+        );
+        assert_eq!(
+            kind("[    3.0] BUG: kernel NULL pointer dereference, address: 0"),
+            Some("BUG")
+        );
+    }
+
+    #[test]
     fn debug_list_corruption_fails() {
         for l in [
             "[   50.1] list_add corruption. next->prev should be prev (ffff888004a1c0a8), but was 0000000000000000. (next=ffff888004a1c0a8).",
@@ -642,6 +684,7 @@ mod tests {
             "KASAN: null-ptr-deref in range [0x0000000000000008-0x000000000000000f]",
             "BUG: Bad page state in process p2pbuf  pfn:1f4a0",
             "page dumped because: VM_BUG_ON_PAGE(page_ref_count(page) == 0)",
+            "[Left Redzone overwritten] 0x00000000c0ffee00-0x00000000c0ffee07 @offset=0. First byte 0x0 instead of 0xbb",
             "list_add corruption. prev is NULL.",
             "list_add double add: new=ffff888004a1c0a8, prev=ffff888004a1c0a8, next=ffff888004b00010.",
             "list_del corruption, ffff888004a1c0a8->next is NULL",
