@@ -10,7 +10,7 @@ use kernel::{
         export::{Exporter, ExportedSgt, PhysRange},
         Attachment, IoSysMap, ResvHeld,
     },
-    mm::virt::{flags as vm_flags, VmaNew},
+    mm::virt::{flags as vm_flags, VmFault, VmaNew},
     new_mutex,
     page::PAGE_SIZE,
     pci::p2pdma::{MapType, P2pPages},
@@ -34,7 +34,14 @@ pub(crate) struct AttachRecord {
 /// # Invariants
 ///
 /// `mem`, while `Some`, holds `size` bytes of `provider`'s memory starting at `offset` into its
-/// BAR. It becomes `None` only in [`Exporter::revoke`], after every importer has unmapped.
+/// BAR. It becomes `None` in [`Exporter::revoke`], after every importer has unmapped and every
+/// userspace mapping was zapped, or in [`Exporter::release`], when no file reference is left.
+///
+/// # Locks
+///
+/// `mem` and `attachments` are leaves. The abstraction calls `fault` with its fault lock held
+/// (so: `mmap_lock` -> fault lock -> `mem`); `release` takes the provider's `state` after `mem`
+/// is dropped (`state` -> `mem` is the order elsewhere: `Provider::used`).
 #[pin_data]
 pub(crate) struct Buffer {
     pub(crate) provider: Arc<Provider>,
@@ -74,22 +81,17 @@ fn describe(dev: &device::Device) -> Result<CString> {
 
 #[vtable]
 impl Exporter for Buffer {
+    /// Device memory: the abstraction refuses importers that do not allow peer2peer or cannot
+    /// be revoked (an importer that cannot be told to unmap would hold up the unbind for as long
+    /// as it likes) before `attach` is called.
+    const DEVICE_MEMORY: bool = true;
+
     /// Decides per importer, from the p2pdma map type between the provider and the importing
     /// device: through a common switch (bus addresses) and through the host bridge (the DMA
-    /// API and the IOMMU) both work; everything else, importers that do not allow peer2peer,
-    /// and importers that cannot be revoked get `EOPNOTSUPP`, and the reason is recorded.
+    /// API and the IOMMU) both work; everything else gets `EOPNOTSUPP`, and the reason is
+    /// recorded.
     fn attach(this: &Self, attach: &Attachment) -> Result {
         let dev = attach.device();
-        if !attach.peer2peer() {
-            this.provider.refuse(dev, c"importer does not allow peer2peer (device memory)");
-            return Err(EOPNOTSUPP);
-        }
-        if !attach.is_revocable() {
-            // Device memory must be given back when the provider unbinds; an importer that
-            // cannot be told to unmap would hold up the unbind for as long as it likes.
-            this.provider.refuse(dev, c"importer cannot be revoked (no invalidate_mappings)");
-            return Err(EOPNOTSUPP);
-        }
         let map_type = {
             let mem = this.mem.lock();
             // The memory's provider stays valid while the allocation exists.
@@ -144,25 +146,31 @@ impl Exporter for Buffer {
         Ok(())
     }
 
-    /// Maps the buffer's pages (p2pdma pages, with `struct page`) into the process, so that
-    /// `O_DIRECT` I/O into the mapping is a peer-to-peer transfer.
+    /// Sets up a shared mapping of the buffer's pages (p2pdma pages, with `struct page`, so that
+    /// `O_DIRECT` I/O into the mapping is a peer-to-peer transfer). Nothing is mapped here:
+    /// [`Exporter::fault`] inserts each page on first access.
     fn mmap(this: &Self, vma: &VmaNew) -> Result {
         if vma.flags() & vm_flags::SHARED == 0 {
             return Err(EINVAL);
         }
-        let mem = this.mem.lock();
-        let mem = mem.as_ref().ok_or(ENODEV)?;
-        let first = vma.pgoff();
         let pages = (vma.end() - vma.start()) / PAGE_SIZE;
-        if first.checked_add(pages).is_none_or(|end| end * PAGE_SIZE > this.size) {
+        if vma.pgoff().checked_add(pages).is_none_or(|end| end * PAGE_SIZE > this.size) {
             return Err(EINVAL);
         }
-        let vma = vma.set_mixedmap();
-        for i in 0..pages {
-            let page = mem.page(first + i).ok_or(EINVAL)?;
-            vma.vm_insert_page(vma.start() + i * PAGE_SIZE, &page)?;
+        if !this.holds_memory() {
+            return Err(ENODEV);
         }
+        vma.set_mixedmap();
         Ok(())
+    }
+
+    /// Inserts the page at `vmf.pgoff()`; the abstraction calls this only while the buffer is
+    /// not revoked, under the lock that revoke zaps with.
+    fn fault(this: &Self, vmf: &VmFault) -> Result {
+        let mem = this.mem.lock();
+        let page = mem.as_ref().ok_or(ENODEV)?.page(vmf.pgoff()).ok_or(EINVAL)?;
+        let vma = vmf.vma().as_mixedmap_vma().ok_or(EINVAL)?;
+        vma.vm_insert_page(vmf.address(), &page)
     }
 
     fn vmap(this: &Self, _held: &ResvHeld<'_>) -> Result<IoSysMap> {
@@ -176,5 +184,13 @@ impl Exporter for Buffer {
         let mem = this.mem.lock().take();
         drop(mem);
         dev_dbg!(&*this.provider.pdev, "buffer {} revoked\n", this.id);
+    }
+
+    /// The last file reference is gone: the memory goes back to the provider now, and the
+    /// provider forgets the buffer, so that its free count is exact at every moment.
+    fn release(this: &Self) {
+        let mem = this.mem.lock().take();
+        drop(mem);
+        this.provider.forget(this.id);
     }
 }

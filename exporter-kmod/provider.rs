@@ -164,6 +164,20 @@ impl Provider {
         Ok((dmabuf, offset))
     }
 
+    /// Forgets buffer `id` (its file was released). Dropping the entry may drop the last
+    /// handle on the buffer's data; the caller (the buffer's `release`) still holds its own.
+    pub(crate) fn forget(&self, id: u64) {
+        let gone = {
+            let mut state = self.state.lock();
+            let Some(i) = state.buffers.iter().position(|e| e.buf.id == id) else {
+                return;
+            };
+            state.buffers.remove(i)
+        };
+        // Dropped outside the lock.
+        drop(gone);
+    }
+
     /// The buffer behind `dmabuf`, if it is one of ours.
     pub(crate) fn find(&self, dmabuf: &DmaBuf) -> Option<Exported<Buffer>> {
         let key = dmabuf.as_raw() as usize;
