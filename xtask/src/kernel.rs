@@ -1,10 +1,11 @@
 //! `cargo xtask kernel`: applies the series in `linux/patches/` to the pristine tree,
-//! configures it from `linux/p2pbuf.config`, and builds bzImage and modules (incrementally).
+//! configures it from `linux/p2pbuf.config`, and builds bzImage and modules (incrementally),
+//! with the cache's Clang/LLVM (`make LLVM=<dir>/`, see [`Ctx::kernel_toolchain`]).
 
 use crate::util::{hash_files, heading, output, run_step, Ctx, Stamp};
 use anyhow::{bail, Context, Result};
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The branch xtask builds: `p2pbuf-base` plus `linux/patches/*.patch`.
@@ -137,10 +138,43 @@ pub fn config_mismatches(fragment: &str, config: &str) -> Vec<String> {
         .collect()
 }
 
+/// Empties a kernel build directory (`make mrproper`) that another compiler built: GCC, which
+/// xtask used before it built with clang, or another Clang/LLVM. Kbuild alone would rebuild
+/// most objects (their command lines changed), but this way none of the old compiler's is ever
+/// linked with the new one's. The stamp in the build directory names the toolchain it is for.
+pub fn toolchain_reset(ctx: &Ctx, src: &Path, kb: &Path, log: &str) -> Result<()> {
+    let hash = hash_files(&[], &[&ctx.llvm_id()?])?;
+    let stamp = Stamp(kb.join(".p2pbuf-toolchain.sha256"));
+    if stamp.fresh(&hash) {
+        return Ok(());
+    }
+    if kb.join(".config").exists() {
+        let mut mk = Command::new("make");
+        mk.current_dir(src).arg(format!("O={}", kb.display()));
+        ctx.kernel_toolchain(&mut mk)?;
+        mk.arg("mrproper");
+        run_step(
+            ctx,
+            &format!(
+                "make mrproper in {} (built with another compiler)",
+                kb.display()
+            ),
+            log,
+            &mut mk,
+        )?;
+    }
+    stamp.set(&hash)
+}
+
 fn configure(ctx: &Ctx) -> Result<()> {
     let fragment = ctx.root.join("linux/p2pbuf.config");
     let ksrc = ctx.ksrc()?;
-    let hash = hash_files(&[fragment.clone(), ksrc.join("Makefile")], &[])?;
+    // The toolchain is part of the configuration (CC_IS_CLANG, CLANG_VERSION, what KASAN and
+    // Rust may select): another one reconfigures from scratch.
+    let hash = hash_files(
+        &[fragment.clone(), ksrc.join("Makefile")],
+        &[&ctx.llvm_id()?],
+    )?;
     let stamp = Stamp(ctx.kbuild().join(".p2pbuf-config.sha256"));
     let dotconfig = ctx.kbuild().join(".config");
     if stamp.fresh(&hash) && dotconfig.exists() {
@@ -148,6 +182,7 @@ fn configure(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
     fs::create_dir_all(ctx.kbuild())?;
+    toolchain_reset(ctx, &ksrc, &ctx.kbuild(), "kernel-config")?;
     run_step(
         ctx,
         "make rustavailable",
