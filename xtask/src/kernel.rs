@@ -1,5 +1,6 @@
 //! `cargo xtask kernel`: applies the series in `linux/patches/` to the pristine tree,
-//! configures it from `linux/p2pbuf.config`, and builds bzImage and modules (incrementally).
+//! configures it from `linux/p2pbuf.config`, and builds bzImage and modules (incrementally),
+//! with the cache's Clang/LLVM (`make LLVM=<dir>/`, see [`Ctx::kernel_toolchain`]).
 //! The benchmark kernel (`cargo xtask bench`) is configured from the same fragment without
 //! its debug block, generated into its own build directory.
 
@@ -7,7 +8,7 @@ use crate::util::{hash_files, heading, output, run_step, Ctx, Flavour, Stamp};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The branch xtask builds: `p2pbuf-base` plus `linux/patches/*.patch`.
@@ -222,10 +223,43 @@ fn fragment(ctx: &Ctx) -> Result<(PathBuf, String)> {
     }
 }
 
+/// Empties a kernel build directory (`make mrproper`) that another compiler built: GCC, which
+/// xtask used before it built with clang, or another Clang/LLVM. Kbuild alone would rebuild
+/// most objects (their command lines changed), but this way none of the old compiler's is ever
+/// linked with the new one's. The stamp in the build directory names the toolchain it is for.
+pub fn toolchain_reset(ctx: &Ctx, src: &Path, kb: &Path, log: &str) -> Result<()> {
+    let hash = hash_files(&[], &[&ctx.llvm_id()?])?;
+    let stamp = Stamp(kb.join(".p2pbuf-toolchain.sha256"));
+    if stamp.fresh(&hash) {
+        return Ok(());
+    }
+    if kb.join(".config").exists() {
+        let mut mk = Command::new("make");
+        mk.current_dir(src).arg(format!("O={}", kb.display()));
+        ctx.kernel_toolchain(&mut mk)?;
+        mk.arg("mrproper");
+        run_step(
+            ctx,
+            &format!(
+                "make mrproper in {} (built with another compiler)",
+                kb.display()
+            ),
+            log,
+            &mut mk,
+        )?;
+    }
+    stamp.set(&hash)
+}
+
 fn configure(ctx: &Ctx) -> Result<()> {
     let (fragment, fragment_name) = fragment(ctx)?;
     let ksrc = ctx.ksrc()?;
-    let hash = hash_files(&[fragment.clone(), ksrc.join("Makefile")], &[])?;
+    // The toolchain is part of the configuration (CC_IS_CLANG, CLANG_VERSION, what KASAN and
+    // Rust may select): another one reconfigures from scratch.
+    let hash = hash_files(
+        &[fragment.clone(), ksrc.join("Makefile")],
+        &[&ctx.llvm_id()?],
+    )?;
     let stamp = Stamp(ctx.kbuild().join(".p2pbuf-config.sha256"));
     let dotconfig = ctx.kbuild().join(".config");
     if stamp.fresh(&hash) && dotconfig.exists() {
@@ -233,6 +267,7 @@ fn configure(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
     fs::create_dir_all(ctx.kbuild())?;
+    toolchain_reset(ctx, &ksrc, &ctx.kbuild(), "kernel-config")?;
     run_step(
         ctx,
         "make rustavailable",

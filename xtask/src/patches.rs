@@ -2,7 +2,7 @@
 //! checked with checkpatch.pl --strict, optionally applied with `git am` to a pristine
 //! worktree and built at every step.
 
-use crate::kernel::{apply_series, series_files};
+use crate::kernel::{apply_series, series_files, toolchain_reset};
 use crate::util::{heading, output, run_step, Ctx};
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -176,6 +176,7 @@ fn build_each(ctx: &Ctx, files: &[PathBuf], cache_lock: Option<fs::File>) -> Res
         );
     }
     fs::create_dir_all(&kb)?;
+    toolchain_reset(ctx, &wt, &kb, "patches")?;
     // Copy the configuration only when it changed: a new .config makes Kconfig regenerate its
     // headers, and make rebuild whatever depends on them.
     let config = fs::read(ctx.kbuild().join(".config"))
@@ -214,10 +215,9 @@ fn build_each(ctx: &Ctx, files: &[PathBuf], cache_lock: Option<fs::File>) -> Res
         mk.current_dir(&wt)
             .args(["-n", "19", "make"])
             .arg(format!("O={}", kb.display()))
-            .arg(format!("-j{}", ctx.jobs()))
-            .args(["CLIPPY=1", "olddefconfig", "bzImage", "modules"])
-            .env("PATH", ctx.path_with_tools())
-            .env("LIBCLANG_PATH", ctx.libclang_dir());
+            .arg(format!("-j{}", ctx.jobs()));
+        ctx.kernel_toolchain(&mut mk)?;
+        mk.args(["CLIPPY=1", "olddefconfig", "bzImage", "modules"]);
         let start = Instant::now();
         run_step(
             ctx,

@@ -141,13 +141,47 @@ impl Ctx {
         })?;
         Ok(self.cache.join(name.trim()))
     }
-    /// A `make` for the kernel tree with the Rust toolchain of the cache on PATH.
+    /// Clang/LLVM of the cache (Debian trixie's, unpacked by `setup`).
+    pub fn llvm_prefix(&self) -> PathBuf {
+        self.cache.join("tools/llvm")
+    }
+    /// Its `bin/`: clang, ld.lld, llvm-ar, ...
+    pub fn llvm_bin(&self) -> PathBuf {
+        self.llvm_prefix()
+            .join(format!("usr/lib/llvm-{}/bin", crate::setup::LLVM_MAJOR))
+    }
+    /// Written by `setup` once the toolchain works: its prefix, then one `package=version` line
+    /// per Debian package.
+    pub fn llvm_stamp(&self) -> PathBuf {
+        self.llvm_prefix().join(".p2pbuf-llvm")
+    }
+    /// What the kernel is compiled with (the stamp's text); an error that says to run `setup`
+    /// when there is no toolchain yet.
+    pub fn llvm_id(&self) -> Result<String> {
+        let stamp = self.llvm_stamp();
+        fs::read_to_string(&stamp).with_context(|| {
+            format!(
+                "no Clang/LLVM toolchain in the cache yet ({} missing): run `cargo xtask setup`",
+                stamp.display()
+            )
+        })
+    }
+    /// The toolchain of every `make` on the kernel tree (the kernel, its configuration, the
+    /// out-of-tree modules, `patches --build-each`): clang, ld.lld and the LLVM binutils of the
+    /// cache (`LLVM=<bin>/`), the Rust tools of the cache on PATH, and libclang for bindgen.
+    pub fn kernel_toolchain(&self, c: &mut Command) -> Result<()> {
+        self.llvm_id()?;
+        c.arg(format!("LLVM={}/", self.llvm_bin().display()))
+            .env("PATH", self.path_with_tools())
+            .env("LIBCLANG_PATH", self.libclang_dir());
+        Ok(())
+    }
+    /// A `make` for the kernel tree (`O=` the build directory) with [`Ctx::kernel_toolchain`].
     pub fn kmake(&self) -> Result<Command> {
         let mut c = Command::new("make");
         c.current_dir(self.ksrc()?)
-            .arg(format!("O={}", self.kbuild().display()))
-            .env("PATH", self.path_with_tools())
-            .env("LIBCLANG_PATH", self.libclang_dir());
+            .arg(format!("O={}", self.kbuild().display()));
+        self.kernel_toolchain(&mut c)?;
         Ok(c)
     }
     pub fn path_with_tools(&self) -> std::ffi::OsString {
@@ -316,5 +350,37 @@ impl Stamp {
     }
     pub fn clear(&self) {
         let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_make_uses_the_llvm_of_the_cache() {
+        let cache = std::env::temp_dir().join(format!("p2pbuf-util-test-{}", std::process::id()));
+        let ctx = Ctx::new(Some(cache.clone()), false).unwrap();
+        let mut make = Command::new("make");
+        let err = ctx.kernel_toolchain(&mut make).unwrap_err();
+        assert!(err.to_string().contains("run `cargo xtask setup`"), "{err}");
+        fs::create_dir_all(ctx.llvm_prefix()).unwrap();
+        fs::write(ctx.llvm_stamp(), "prefix=x\n").unwrap();
+        ctx.kernel_toolchain(&mut make).unwrap();
+        let args: Vec<String> = make
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [format!(
+                "LLVM={}/tools/llvm/usr/lib/llvm-{}/bin/",
+                cache.display(),
+                crate::setup::LLVM_MAJOR
+            )]
+        );
+        let envs: Vec<_> = make.get_envs().map(|(k, _)| k.to_owned()).collect();
+        assert!(envs.contains(&"PATH".into()) && envs.contains(&"LIBCLANG_PATH".into()));
+        fs::remove_dir_all(cache).unwrap();
     }
 }
