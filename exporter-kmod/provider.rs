@@ -7,8 +7,10 @@ use crate::{buffer::Buffer, uapi, PROVIDERS};
 use kernel::{
     bindings, device,
     device::Core,
+    devres::Devres,
     dma_buf::{export::Exported, DmaBuf},
     new_mutex, pci,
+    pci::p2pdma::P2pPool,
     prelude::*,
     str::CString,
     sync::{aref::ARef, Arc, Mutex},
@@ -25,8 +27,8 @@ pub(crate) struct Entry {
 
 /// The mutable part of a provider.
 pub(crate) struct State {
-    /// Set in unbind, under the lock: from then on nothing is allocated, and the device may no
-    /// longer be bound.
+    /// Set in unbind, under the lock: from then on nothing is allocated (an allocation that
+    /// raced the unbind is revoked before it is handed out).
     pub(crate) gone: bool,
     pub(crate) buffers: KVec<Entry>,
     next_id: u64,
@@ -38,12 +40,15 @@ const MAX_REFUSALS: usize = 16;
 
 /// A PCI BAR registered as p2pdma memory.
 ///
-/// # Invariants
+/// # Locks
 ///
-/// While `state.gone` is `false`, `pdev` is bound to this driver.
+/// `PROVIDERS` -> `state` -> a buffer's locks (`Buffer::mem`, the abstraction's `buf`).
+/// Revoking (which sleeps) happens with none of them held.
 #[pin_data]
 pub(crate) struct Provider {
     pub(crate) pdev: ARef<pci::Device>,
+    /// The device's p2pmem pool; unreachable once the device unbinds.
+    pool: Devres<P2pPool>,
     pub(crate) bar: u32,
     pub(crate) bar_start: u64,
     pub(crate) bar_size: u64,
@@ -130,15 +135,7 @@ impl Provider {
                 return Err(ENODEV);
             }
             Self::prune(&mut state);
-            let generic: &pci::Device = &self.pdev;
-            // SAFETY: `gone` is false under the lock, so the device is bound (type invariant)
-            // and stays bound while we hold the lock, which outlives `bound`. `pci::Device` is
-            // `repr(transparent)` over `struct pci_dev` whatever its context parameter, which is
-            // what `device::Device::as_bound()` does for the generic device.
-            let bound = unsafe {
-                &*core::ptr::from_ref(generic).cast::<pci::Device<device::Bound>>()
-            };
-            let mem = bound.alloc_p2pmem_pages(length)?;
+            let mem = self.pool.try_access().ok_or(ENODEV)?.alloc_pages(length)?;
             state.next_id += 1;
             (mem, state.next_id)
         };
@@ -244,11 +241,12 @@ impl pci::Driver for Driver {
         }
         pdev.p2pdma_add_resource(bar, 0, 0)?;
         pdev.p2pmem_publish(true);
+        let pool = pdev.p2pmem_pool()?;
         let generic: &pci::Device = pdev;
-        // INVARIANT: `pdev` is bound from here until `unbind`, which sets `gone`.
         let provider = Arc::pin_init(
             try_pin_init!(Provider {
                 pdev: generic.into(),
+                pool,
                 bar,
                 bar_start,
                 bar_size,
