@@ -995,20 +995,75 @@ struct nonroot_report {
 	int uid, open_errno, setup;
 };
 
+/* Phase 2: the unprivileged process maps one buffer again and again while root unbinds. */
+struct nonroot_report2 {
+	unsigned long mapped, faulted, stale, other;
+	int enodev_seen, last_errno;
+};
+
+/* The unprivileged side of phase 2: maps buf until mmap() says ENODEV (the unbind revoked
+ * it), keeping every mapping; then probes them all. */
+static void nonroot_phase2(const struct h2_cfg *c, int rp, struct nonroot_report2 *r)
+{
+	int fd = dev_alloc(c->p2p, c->len);
+	double t0;
+
+	memset(r, 0, sizeof(*r));
+	if (fd < 0) {
+		r->other++;
+		r->last_errno = -fd;
+	}
+	if (write(rp, "r", 1) != 1)
+		_exit(5);
+	t0 = now();
+	while (fd >= 0 && now() - t0 < 15 && nkept < 256) {
+		void *m = mmap(NULL, c->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+		if (m == MAP_FAILED) {
+			if (errno == ENODEV) {
+				r->enodev_seen = 1;
+			} else {
+				r->other++;
+				r->last_errno = errno;
+			}
+			break;
+		}
+		r->mapped++;
+		if (map_keep(m, c->len))
+			munmap(m, c->len);
+	}
+	for (int i = 0; i < nkept; i++) {
+		int sig = probe_read(kept[i].p);
+
+		if (sig == SIGBUS)
+			r->faulted++;
+		else
+			r->stale++;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 /*
- * An unprivileged process (uid/gid 65534) that got the /dev/p2pbuf fd from root races mmap
- * against REVOKE on its own buffers: it must not keep access after revoke. Root then unbinds
- * the provider while that process still holds what it mapped (a stale mapping: the unbind
- * would hang on its pages); the unbind must return within 20 s. The SCHED_FIFO amplifier of
- * the revoking thread is set up by root before the privileges are dropped (inherited).
+ * An unprivileged process (uid/gid 65534) that got the /dev/p2pbuf fd from root:
+ *  1. races mmap against REVOKE on its own buffers: it must not keep access after revoke.
+ *     Root then unbinds the provider while that process still holds everything it mapped;
+ *     the unbind must return within 20 s.
+ *  2. maps one buffer again and again while root unbinds the provider: no mapping may stay
+ *     readable once the unbind revoked the buffer, and the unbind must return within 20 s
+ *     although an unprivileged process holds mappings ("unbind hangs on page references").
+ * The SCHED_FIFO amplifier (the revoking thread in 1, the unbinding process in 2) is set up
+ * by root: in 1 before the privileges are dropped (the thread inherits it).
  */
-TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 240)
+TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 300)
 {
 	struct nonroot_report rep;
-	int rp[2], hold[2], st = 0, done, cst;
+	struct nonroot_report2 rep2;
+	int rp[2], hold[2], st = 0, done, done2 = 1, cst, got2 = 0;
 	struct h2_cfg c;
 	pid_t child, u;
 	double tu;
+	char ch;
 
 	h2_calibrate(&c, self);
 	ASSERT_LT(0, c.t_mmap);
@@ -1020,7 +1075,6 @@ TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 240)
 	if (child == 0) {
 		struct h2_revoker r;
 		int fd;
-		char ch;
 
 		memset(&rep, 0, sizeof(rep));
 		close(rp[0]);
@@ -1043,8 +1097,17 @@ TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 240)
 		if (write(rp[1], &rep, sizeof(rep)) != sizeof(rep))
 			_exit(3);
 		/* Hold every stale mapping until root has tried to unbind. */
+		if (read(hold[0], &ch, 1) != 1)
+			_exit(0);
+		maps_release();
+		set_fifo(0);
+		pin_cpu(c.cpu_a);
+		nonroot_phase2(&c, rp[1], &rep2);
+		if (write(rp[1], &rep2, sizeof(rep2)) != sizeof(rep2))
+			_exit(6);
+		/* Hold the mappings until root is done with the unbind. */
 		if (read(hold[0], &ch, 1) < 0)
-			_exit(4);
+			_exit(7);
 		_exit(0);
 	}
 	add_kid(self, child);
@@ -1052,40 +1115,85 @@ TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 240)
 	close(hold[0]);
 	ASSERT_EQ((ssize_t)sizeof(rep), read_within(rp[0], &rep, sizeof(rep), races_s() + 120))
 		TH_LOG("the unprivileged child did not report");
-	close(rp[0]);
 	ASSERT_EQ(0, rep.setup);
 	ksft_print_msg("unprivileged child: euid %d, open(%s) itself: %s\n", rep.uid, P2P_DEV,
 		       rep.open_errno ? strerror(rep.open_errno) : "allowed");
 	h2_print("H2 as uid 65534", MODE_RT, &rep.rt);
 	h2_print("H2 as uid 65534", MODE_FREE, &rep.fr);
 	EXPECT_EQ(65534, rep.uid);
-	/* Root unbinds while the unprivileged process still holds its mappings. */
+
+	/* 1: root unbinds while the unprivileged process still holds its mappings. */
 	tu = now();
 	u = sysfs_write_child(UNBIND, self->pci, -1, -1, 0, 0, 0);
 	ASSERT_LT(0, u);
 	self->unbinder = u;
 	done = wait_for(u, UNBIND_LIMIT_S, &st);
 	if (done != 1) {
-		ksft_print_msg("unbind hangs on page references: not returned %.0f s after it started, "
-			       "while uid 65534 holds %lu stale mapping(s); killing that process\n",
-			       UNBIND_LIMIT_S, rep.rt.stale + rep.fr.stale);
+		ksft_print_msg("phase 1: unbind hangs on page references: not returned %.0f s after "
+			       "it started, while uid 65534 holds %lu stale mapping(s); killing that "
+			       "process\n", UNBIND_LIMIT_S, rep.rt.stale + rep.fr.stale);
 		kill(child, SIGKILL);
-	} else {
-		ksft_print_msg("unbind returned in %.2f s\n", now() - tu);
-		EXPECT_EQ(1, write(hold[1], "x", 1));
-	}
-	close(hold[1]);
-	EXPECT_EQ(1, wait_for(child, 20, &cst));
-	if (done != 1)
+		EXPECT_EQ(1, wait_for(child, 20, &cst));
 		ASSERT_EQ(1, wait_for(u, UNBIND_LIMIT_S, &st))
 			TH_LOG("the unbind did not return even after the process was killed");
+	} else {
+		ksft_print_msg("phase 1: unbind returned in %.2f s (it zaps again every mapping "
+			       "that is linked by now)\n", now() - tu);
+	}
 	self->unbinder = 0;
 	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) TH_LOG("unbind status %#x", st);
 	ASSERT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
+
+	/* 2: the unprivileged process maps while root unbinds. */
+	if (done == 1) {
+		double span = c.t_mmap * 1.3;
+
+		ASSERT_EQ(1, write(hold[1], "2", 1));
+		ASSERT_EQ(1, read_within(rp[0], &ch, 1, 30)) TH_LOG("phase 2 did not start");
+		tu = now();
+		u = sysfs_write_child(UNBIND, self->pci, -1, c.cpu_a, 1,
+				      1 + (long)(rnd() % (uint64_t)(span * 1e9)), 0);
+		ASSERT_LT(0, u);
+		self->unbinder = u;
+		done2 = wait_for(u, UNBIND_LIMIT_S, &st);
+		got2 = read_within(rp[0], &rep2, sizeof(rep2), done2 == 1 ? 30 : 1) == sizeof(rep2);
+		if (done2 != 1) {
+			ksft_print_msg("phase 2: unbind hangs on page references: not returned %.0f s "
+				       "after it started, while uid 65534 maps the buffer; killing "
+				       "that process\n", UNBIND_LIMIT_S);
+			kill(child, SIGKILL);
+			EXPECT_EQ(1, wait_for(child, 20, &cst));
+			ASSERT_EQ(1, wait_for(u, UNBIND_LIMIT_S, &st))
+				TH_LOG("the unbind did not return even after the process was killed");
+			ksft_print_msg("phase 2: the unbind returned %.1f s after it started, once the "
+				       "process was gone\n", now() - tu);
+		} else {
+			ksft_print_msg("phase 2: unbind returned in %.2f s\n", now() - tu);
+		}
+		self->unbinder = 0;
+		EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) TH_LOG("unbind status %#x", st);
+		if (got2)
+			ksft_print_msg("phase 2, uid 65534 mapping during the unbind: %lu mappings, %lu "
+				       "faulted afterwards, %lu stale, mmap ENODEV seen: %s, other "
+				       "errors %lu (last %s)\n", rep2.mapped, rep2.faulted, rep2.stale,
+				       rep2.enodev_seen ? "yes" : "no", rep2.other,
+				       rep2.other ? strerror(rep2.last_errno) : "-");
+		ASSERT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
+	}
+	close(hold[1]);
+	close(rp[0]);
+	if (wait_for(child, 20, &cst) != 1)
+		kill(child, SIGKILL);
 	EXPECT_EQ(0UL, rep.rt.stale + rep.fr.stale)
 		TH_LOG("an unprivileged process kept CPU access to device memory after REVOKE "
 		       "(%lu stale mapping(s))", rep.rt.stale + rep.fr.stale);
 	EXPECT_EQ(1, done) TH_LOG("unbind hangs on page references held by an unprivileged process");
+	EXPECT_EQ(1, done2) TH_LOG("unbind hangs on page references of a mapping an unprivileged "
+				   "process made while the provider was being unbound");
+	if (got2) {
+		EXPECT_EQ(0UL, rep2.stale) TH_LOG("stale BAR access after revoke by uid 65534");
+		EXPECT_EQ(0UL, rep2.other);
+	}
 	EXPECT_EQ(0UL, rep.rt.other + rep.fr.other + rep.rt.rev_err + rep.fr.rev_err);
 }
 
@@ -1157,7 +1265,7 @@ TEST_F_TIMEOUT(races, h1_exit_vs_unbind_processes, 240)
 	unsigned long cyc, holder_bad = 0, unbind_bad = 0, late = 0;
 	double t0 = now(), rate = spin_rate(), worst = 0;
 
-	for (cyc = 0; cyc < 20 && (cyc < 2 || now() - t0 < 2 * races_s()); cyc++) {
+	for (cyc = 0; cyc < 500 && (cyc < 2 || now() - t0 < 2 * races_s()); cyc++) {
 		int rt = cyc % 2, ready[2], go[2], st, done;
 		pid_t hs[8], u;
 		char buf[8];
@@ -1257,7 +1365,7 @@ TEST_F_TIMEOUT(races, m1_revokes_vs_unbind, 240)
 		ASSERT_EQ(0, pthread_create(&th[i], NULL, m1_revoker, &args[i]));
 	}
 	s->mode = MODE_FREE;
-	for (cyc = 0; cyc < 20 && (cyc < 2 || now() - t0 < 2 * races_s()); cyc++) {
+	for (cyc = 0; cyc < 500 && (cyc < 2 || now() - t0 < 2 * races_s()); cyc++) {
 		int go[2], st, done;
 		pid_t u;
 
