@@ -354,8 +354,9 @@ static void *h3_importer(void *p)
 
 /*
  * H3 stress: one thread imports, copies and releases device-memory buffers in a loop while
- * the engine is unbound and bound again three times. Every call fails only with a documented
- * errno, every unbind returns in time, all memory comes back, the engine works afterwards.
+ * the engine is unbound and bound again (for races_s() guest seconds: at least 3 and at most
+ * 20 cycles). Every call fails only with a documented errno, every unbind returns in time,
+ * all memory comes back, the engine works afterwards.
  */
 TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
 {
@@ -363,7 +364,7 @@ TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
 	unsigned long late = 0, bad_unbind = 0;
 	double t0 = now(), worst = 0;
 	pthread_t t;
-	int cycles = 3, fd, h;
+	int cycles, fd, h;
 
 	/* Is there a path between the engine and device memory here at all? */
 	fd = dev_alloc(self->p2p, PAGE);
@@ -375,8 +376,8 @@ TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
 	ASSERT_GT(h, 0);
 	EXPECT_EQ(0, imp_release(self->dma, h));
 	ASSERT_EQ(0, pthread_create(&t, NULL, h3_importer, &l));
-	for (int c = 0; c < cycles; c++) {
-		int st = 0, done;
+	for (cycles = 0; cycles < 20 && (cycles < 3 || now() - t0 < races_s()); cycles++) {
+		int c = cycles, st = 0, done;
 		double tu;
 		pid_t u;
 
