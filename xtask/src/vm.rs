@@ -192,6 +192,9 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         "console=ttyS0".to_string(),
         "panic=-1".into(),
         "printk.devkmsg=on".into(),
+        // KASAN reports only its first bug per boot without this: a report from the KUnit
+        // suites at boot would hide every later one (the race tests run after them).
+        "kasan_multi_shot".into(),
         format!("p2pbuf.mode={}", cfg.mode.as_str()),
         format!(
             "p2pbuf.topology={}",
