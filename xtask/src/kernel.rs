@@ -262,10 +262,19 @@ fn configure(ctx: &Ctx) -> Result<()> {
     )?;
     let stamp = Stamp(ctx.kbuild().join(".p2pbuf-config.sha256"));
     let dotconfig = ctx.kbuild().join(".config");
-    if stamp.fresh(&hash) && dotconfig.exists() {
+    // The stamp alone is not proof: a configuration interrupted after `make tinyconfig` (a
+    // killed run) leaves a tiny `.config` behind an older, matching stamp. So the `.config` must
+    // also still honour the fragment.
+    let honoured = fs::read_to_string(&dotconfig).is_ok_and(|config| {
+        fs::read_to_string(&fragment)
+            .is_ok_and(|frag| config_mismatches(&frag, &config).is_empty())
+    });
+    if stamp.fresh(&hash) && honoured {
         println!("    config: up to date");
         return Ok(());
     }
+    // Cleared first, so that an interrupted configuration is redone by the next run.
+    stamp.clear();
     fs::create_dir_all(ctx.kbuild())?;
     toolchain_reset(ctx, &ksrc, &ctx.kbuild(), "kernel-config")?;
     run_step(
