@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -297,7 +298,8 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 		return;
 	exp_start = d & ~4095ULL;
 	exp_len = ((d + size + 4095) & ~4095ULL) - exp_start;
-	printf("# device pointer %#" PRIx64 " (%s 2 MiB aligned)\n", d, d % (2 << 20) ? "not" : "");
+	printf("# device pointer %#" PRIx64 " (%s)\n", d,
+	       d % (2 << 20) ? "not 2 MiB aligned" : "2 MiB aligned");
 
 	/* 1. The whole allocation, accepted by the stand-in. */
 	standin_errno = 0;
@@ -414,6 +416,80 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	       size, t_alloc, t_reg, t_reg2, t_dereg);
 }
 
+/* A registration from a thread that has no current CUDA context (a verbs progress thread). */
+struct thread_reg {
+	struct ibv_pd *pd;
+	CUdeviceptr d;
+	size_t size;
+	struct ibv_mr *mr;
+	int err, dmabuf_calls;
+};
+
+static void *thread_reg(void *arg)
+{
+	struct thread_reg *t = arg;
+
+	standin_reset();
+	capture_begin();
+	t->mr = ibv_reg_mr(t->pd, (void *)(uintptr_t)t->d, t->size, RW);
+	t->err = errno;
+	capture_end();
+	t->dmabuf_calls = st.dmabuf_calls;
+	if (t->mr)
+		ibv_dereg_mr(t->mr);
+	return NULL;
+}
+
+static void check_other_thread(struct ibv_pd *pd)
+{
+	struct thread_reg t = { .pd = pd, .size = 2 << 20 };
+	pthread_t th;
+
+	printf("# --- from a thread without a current CUDA context\n");
+	if (!check(cuMemAlloc(&t.d, t.size) == 0, "cuMemAlloc(2 MiB)"))
+		return;
+	pthread_create(&th, NULL, thread_reg, &t);
+	pthread_join(th, NULL);
+	check(t.mr && t.dmabuf_calls == 1,
+	      "ibv_reg_mr of device memory from a thread with no current context: exported (the library makes the allocation's context current) and registered (errno %d)",
+	      t.mr ? 0 : t.err);
+	cuMemFree(t.d);
+}
+
+/* An allocation freed while registered and a new one at the same address: another buffer id,
+ * so another export, not the first one's cached fd. */
+static void check_reused_address(struct ibv_pd *pd)
+{
+	CUdeviceptr a, b;
+	struct ibv_mr *ma, *mb;
+	int fa, base = count_fds();
+
+	printf("# --- an address freed and allocated again while the first region is registered\n");
+	if (!check(cuMemAlloc(&a, 2 << 20) == 0, "cuMemAlloc(2 MiB)"))
+		return;
+	standin_reset();
+	ma = ibv_reg_mr(pd, (void *)(uintptr_t)a, 2 << 20, RW);
+	fa = st.fd;
+	cuMemFree(a);
+	if (!check(cuMemAlloc(&b, 2 << 20) == 0, "cuMemAlloc(2 MiB) again"))
+		return;
+	printf("# first allocation %#" PRIx64 ", second %#" PRIx64 " (%s)\n", a, b,
+	       a == b ? "the same address" : "another address");
+	standin_reset();
+	capture_begin();
+	mb = ibv_reg_mr(pd, (void *)(uintptr_t)b, 2 << 20, RW);
+	capture_end();
+	check(ma && mb && st.dmabuf_calls == 1 && st.fd != fa && count_fds() == base + 2,
+	      "the new allocation gets its own export (fd %d, the freed one's is %d), not the cached fd",
+	      st.fd, fa);
+	if (ma)
+		ibv_dereg_mr(ma);
+	if (mb)
+		ibv_dereg_mr(mb);
+	check(count_fds() == base, "both exports closed with their regions");
+	cuMemFree(b);
+}
+
 /* The stand-in's context, laid out as a provider's (mlx5_context, rxe_context, ...). */
 struct standin_context {
 	struct verbs_context ibv_ctx;
@@ -505,6 +581,11 @@ int main(int argc, char **argv)
 		/* 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB, 4 GiB, 64 GiB. */
 		for (size_t size = 4096; size <= (size_t)(max_gib * 1073741824.0); size *= 16)
 			check_device_size(pd, size);
+
+		if (preload) {
+			check_other_thread(pd);
+			check_reused_address(pd);
+		}
 
 		/* Run-time access flags compile to ibv_reg_mr_iova2; optional flags. */
 		if (preload && cuMemAlloc(&small, 2 << 20) == 0) {

@@ -6,7 +6,7 @@
  *
  *   verbs-rdma-write --dev rxe0 --gid-index 1 (--fd PID:FD | --anon) --size N
  *                    [--offset O] [--length L] [--seed S] [--api reg_mr|iova2|iova]
- *                    [--iova V] [--close-fd] [--second-mr] [--reg-reps N]
+ *                    [--iova V] [--close-fd] [--read-only] [--second-mr] [--reg-reps N]
  *
  * The target: --fd takes file descriptor FD of process PID (pidfd_getfd) and maps SIZE bytes
  * of it MAP_SHARED, as a program maps any file it is handed; --anon maps anonymous memory
@@ -19,7 +19,8 @@
  * on the same port, addressed as programs do: mr->addr (or the iova) and mr->rkey. Then the
  * range is read through the mapping and compared.
  *
- * --close-fd closes the fd right after mmap (before registering). --second-mr registers a
+ * --close-fd closes the fd right after mmap (before registering). --read-only maps it PROT_READ
+ * (so registering it for writes must fail, as for any read-only memory). --second-mr registers a
  * second memory region over the first half of the range and writes seed + 1 through it first.
  * --reg-reps N times N more registrations and deregistrations of the range (median printed).
  * The number of open fds is printed before registering and after deregistering.
@@ -59,7 +60,7 @@ static size_t size, offset, length;
 static unsigned int seed = 1;
 static const char *api = "reg_mr";
 static uint64_t iova;
-static int have_iova, close_fd, second_mr, reg_reps;
+static int have_iova, close_fd, read_only, second_mr, reg_reps;
 
 static void die(const char *what)
 {
@@ -255,6 +256,7 @@ int main(int argc, char **argv)
 
 		if (!strcmp(o, "--anon")) { anon = 1; continue; }
 		if (!strcmp(o, "--close-fd")) { close_fd = 1; continue; }
+		if (!strcmp(o, "--read-only")) { read_only = 1; continue; }
 		if (!strcmp(o, "--second-mr")) { second_mr = 1; continue; }
 		if (!v) {
 			fprintf(stderr, "verbs-rdma-write: %s needs a value (see the source's head)\n", o);
@@ -303,11 +305,12 @@ int main(int argc, char **argv)
 		if (fd < 0)
 			die("pidfd_getfd");
 		close(pfd);
-		map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		map = mmap(NULL, size, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			   0);
 		if (map == MAP_FAILED)
 			die("mmap of the fd");
-		printf("target: fd %d (fd %d of pid %d) mapped MAP_SHARED at %p, %zu bytes\n", fd,
-		       fd_num, (int)fd_pid, (void *)map, size);
+		printf("target: fd %d (fd %d of pid %d) mapped MAP_SHARED%s at %p, %zu bytes\n", fd,
+		       fd_num, (int)fd_pid, read_only ? " read-only" : "", (void *)map, size);
 		if (close_fd) {
 			close(fd);
 			printf("closed fd %d; the mapping stays\n", fd);
@@ -315,7 +318,8 @@ int main(int argc, char **argv)
 	}
 	target = map + offset;
 	/* Something that is not the pattern, so that a write that lands nowhere shows. */
-	memset(target, 0xee, length);
+	if (!read_only)
+		memset(target, 0xee, length);
 
 	list = ibv_get_device_list(&n);
 	if (!list)

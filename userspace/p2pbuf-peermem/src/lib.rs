@@ -113,6 +113,11 @@ fn page_size() -> u64 {
     })
 }
 
+/// The access flags that let the HCA write the memory (what makes `ib_umem_get` pin with
+/// `FOLL_WRITE`).
+const ACCESS_WRITES: u32 =
+    acc::IBV_ACCESS_LOCAL_WRITE | acc::IBV_ACCESS_REMOTE_WRITE | acc::IBV_ACCESS_REMOTE_ATOMIC;
+
 /// `IBV_ACCESS_OPTIONAL_RANGE` (verbs.h: bits 20 to 29).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
@@ -243,6 +248,14 @@ fn classify(c: &Call) -> Plan {
         return Plan::Pass("empty range or NULL address".into());
     }
     let host = match maps::lookup_self(addr, len) {
+        Ok(maps::Lookup::DmaBuf(r)) if !r.writable && c.access & ACCESS_WRITES != 0 => {
+            // The library does not grant writes that the program's own mapping does not
+            // allow; ibv_reg_mr refuses writable access to read-only memory (EFAULT).
+            return Plan::Pass(format!(
+                "the mapping of dma-buf {} is not writable ({}) and the access flags ask for writes",
+                r.path, r.perms
+            ));
+        }
         Ok(maps::Lookup::DmaBuf(r)) => return Plan::Device(Source::Mapped(r)),
         Ok(maps::Lookup::Partial { path, map_end }) => {
             return Plan::Pass(format!(

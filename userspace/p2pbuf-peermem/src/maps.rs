@@ -104,8 +104,10 @@ pub struct DmaBufRange {
     pub dev_text: String,
     /// The path column (`/dmabuf:NAME`).
     pub path: String,
-    /// `rw-s` and the like.
+    /// `rw-s` and the like (of the first mapping).
     pub perms: String,
+    /// Whether every mapping of the range is writable.
+    pub writable: bool,
 }
 
 impl DmaBufRange {
@@ -217,6 +219,7 @@ pub fn resolve(
         dev: m.dev,
         ino: m.inode,
         dev_text: m.dev_text,
+        writable: m.perms.as_bytes().get(1) == Some(&b'w'),
         path: m.path,
         perms: m.perms,
     };
@@ -232,6 +235,7 @@ pub fn resolve(
                     && n.offset == r.map_offset + (r.map_end - r.map_start) =>
             {
                 r.map_end = n.end;
+                r.writable &= n.perms.as_bytes().get(1) == Some(&b'w');
             }
             _ => {
                 return Lookup::Partial {
@@ -475,6 +479,7 @@ mod tests {
         assert_eq!(r.first_vma, (0x7f5c0e400000, 0x7f5c0e800000));
         assert_eq!((r.dev, r.ino), (0x0e, 12));
         assert_eq!(r.path, "/dmabuf:");
+        assert!(r.writable);
         assert_eq!(r.dmabuf_offset(0x7f5c0e400000 + 0x1234), 0x1234);
         // The whole mapping, to its last byte.
         assert!(matches!(
@@ -502,6 +507,12 @@ mod tests {
         assert_eq!((r.map_start, r.map_end), (0x7f5c0e800000, 0x7f5c0ea00000));
         assert_eq!(r.first_vma, (0x7f5c0e800000, 0x7f5c0e900000));
         assert_eq!(r.dmabuf_offset(0x7f5c0e8ff000), 0x1ff000);
+        // The second part is read-only (r--s): the range is not writable as a whole.
+        assert!(!r.writable);
+        let Lookup::DmaBuf(w) = lookup(MAPS.lines(), 0x7f5c0e800000, 0x1000) else {
+            panic!()
+        };
+        assert!(w.writable);
         // The next one is adjacent in addresses but maps offset 4 MiB, not 3: not one range.
         let l = lookup(MAPS.lines(), 0x7f5c0e9ff000, 0x2000);
         assert_eq!(
