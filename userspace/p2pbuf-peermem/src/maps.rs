@@ -383,20 +383,64 @@ fn query(maps: &std::fs::File, addr: u64) -> std::io::Result<Option<Vma>> {
     }))
 }
 
+/// This process's `/proc/self/maps`, kept open between lookups (opening it costs more than the
+/// query), with what identifies it.
+struct MapsFile {
+    file: std::fs::File,
+    pid: u32,
+    ids: (u64, u64),
+}
+
+static MAPS_FILE: std::sync::Mutex<Option<MapsFile>> = std::sync::Mutex::new(None);
+
+fn file_ids(f: &std::fs::File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Runs `f` on an open `/proc/self/maps`: the kept one if it is still this process's and
+/// still ours (a fork makes it the parent's; a program that closes fds it does not know may
+/// have closed it, and the number may now be another file, which must then not be closed
+/// here), else a new one.
+fn with_maps_file<T>(f: impl FnOnce(&std::fs::File) -> T) -> std::io::Result<T> {
+    let mut kept = MAPS_FILE.lock().unwrap_or_else(|p| p.into_inner());
+    let pid = std::process::id();
+    if let Some(m) = kept.take() {
+        let ids = file_ids(&m.file);
+        if m.pid == pid && ids == Some(m.ids) {
+            *kept = Some(m);
+        } else if ids == Some(m.ids) {
+            // Inherited over fork: ours, but the parent's maps.
+            drop(m.file);
+        } else {
+            // The number is no longer ours.
+            std::mem::forget(m.file);
+        }
+    }
+    if kept.is_none() {
+        let file = std::fs::File::open("/proc/self/maps")?;
+        let ids = file_ids(&file).ok_or_else(|| std::io::Error::other("fstat failed"))?;
+        *kept = Some(MapsFile { file, pid, ids });
+    }
+    Ok(f(&kept.as_ref().expect("kept").file))
+}
+
 /// [`resolve`] with `PROCMAP_QUERY` (one ioctl per mapping looked at, whatever the number of
 /// mappings of the process), or `None` where the kernel lacks it (before 6.11).
 pub fn lookup_self_query(addr: u64, len: u64) -> Option<std::io::Result<Lookup>> {
-    let maps = match std::fs::File::open("/proc/self/maps") {
-        Ok(f) => f,
-        Err(e) => return Some(Err(e)),
-    };
-    let first = match query(&maps, addr) {
+    let r = with_maps_file(|maps| {
+        let first = match query(maps, addr) {
+            Ok(v) => v,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let next = |at: u64| query(maps, at).ok().flatten();
+        Some(Ok(resolve(first, next, addr, len)))
+    });
+    match r {
         Ok(v) => v,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => return None,
-        Err(e) => return Some(Err(e)),
-    };
-    let next = |at: u64| query(&maps, at).ok().flatten();
-    Some(Ok(resolve(first, next, addr, len)))
+        Err(e) => Some(Err(e)),
+    }
 }
 
 /// Where `[addr, addr + len)` lies in this process: `PROCMAP_QUERY` where the kernel has it,
@@ -607,5 +651,56 @@ mod tests {
             let t = lookup_self_text(addr, len).unwrap();
             assert_eq!(q, t, "at {addr:#x}+{len}");
         }
+    }
+
+    #[test]
+    fn a_kept_maps_file_of_another_process_is_replaced() {
+        let v = vec![1u8; 1 << 20];
+        let (a, l) = (v.as_ptr() as u64, v.len() as u64);
+        if lookup_self_query(a, l).is_none() {
+            return;
+        }
+        // As after a fork: the kept file was opened by another pid (here: says it was).
+        if let Some(m) = MAPS_FILE.lock().unwrap().as_mut() {
+            m.pid = m.pid.wrapping_add(1);
+        }
+        let r = lookup_self_query(a, l).unwrap().unwrap();
+        assert!(matches!(r, Lookup::Other { .. }), "{r:?}");
+        assert_eq!(
+            MAPS_FILE.lock().unwrap().as_ref().map(|m| m.pid),
+            Some(std::process::id())
+        );
+    }
+
+    #[test]
+    fn the_kept_maps_file_is_not_closed_once_its_number_is_someone_elses() {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let v = vec![1u8; 1 << 20];
+        let (a, l) = (v.as_ptr() as u64, v.len() as u64);
+        if lookup_self_query(a, l).is_none() {
+            return;
+        }
+        // Another thread's program closes "our" fd and opens something else under its number.
+        let g = MAPS_FILE.lock().unwrap();
+        let raw = g.as_ref().unwrap().file.as_raw_fd();
+        // SAFETY: test: replace the fd number with /dev/null, as a program's dup2 would.
+        unsafe {
+            let n = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            assert!(n >= 0);
+            assert_eq!(libc::dup2(n, raw), raw);
+            libc::close(n);
+        }
+        drop(g);
+        assert!(matches!(
+            lookup_self_query(a, l),
+            Some(Ok(Lookup::Other { .. }))
+        ));
+        // The program's /dev/null is still open at that number.
+        let st = std::fs::metadata("/dev/null").unwrap();
+        // SAFETY: borrow the number to look at it, then hand it back without closing.
+        let f = unsafe { std::fs::File::from_raw_fd(raw) };
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(f.metadata().unwrap().rdev(), st.rdev());
+        std::mem::forget(f);
     }
 }
