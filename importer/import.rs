@@ -136,41 +136,61 @@ impl Import {
 
 /// How a mapping reaches the memory, as `P2PBUF_DMA_MAP_*`.
 ///
-/// A table with CPU pages is system memory. Device memory comes without pages (exporters map
-/// it with `dma_buf_phys_vec_to_sgt()`); its map type is the PCI core's answer for the
-/// provider, which is found as the PCI device whose memory BAR contains the first DMA address.
-/// That address is a PCI bus address with `BUS_ADDR`, and a CPU physical address with
-/// `THRU_HOST_BRIDGE` without an IOMMU (which on x86 are the same); with an IOMMU it is an IOVA
-/// that no BAR contains, and only the host-bridge path maps device memory that way.
+/// Only the DMA side of the table is read: an importer must not look at the exporter's pages
+/// (`CONFIG_DMABUF_DEBUG` hands importers a copy without them). The first DMA address is turned
+/// back into a CPU physical address (through the device's IOMMU domain when there is one; a
+/// bus address of a peer, which the IOMMU does not map, is taken as it is, and on x86 a bus
+/// address is the CPU address). System RAM is host memory. Otherwise the map type is the PCI
+/// core's answer for the provider, the PCI device whose memory BAR holds the address.
 fn classify(sgt: &SGTable, dev: &device::Device) -> u32 {
-    if has_pages(sgt) {
-        return uapi::MAP_HOST_MEMORY;
-    }
     let Some((addr, _)) = dma_ranges(sgt).next() else {
         return uapi::MAP_UNKNOWN;
     };
-    match provider_map_type(addr, dev) {
+    let phys = dma_to_phys(dev, addr);
+    if is_system_ram(phys) {
+        return uapi::MAP_HOST_MEMORY;
+    }
+    match provider_map_type(phys, dev) {
         Some(MapType::BusAddr) => uapi::MAP_BUS_ADDR,
         Some(MapType::ThruHostBridge) => uapi::MAP_THRU_HOST_BRIDGE,
-        Some(MapType::NotSupported) => uapi::MAP_UNKNOWN,
-        None => uapi::MAP_THRU_HOST_BRIDGE,
+        Some(MapType::NotSupported) | None => uapi::MAP_UNKNOWN,
     }
 }
 
-/// Whether the table has a CPU side (pages) at all.
-fn has_pages(sgt: &SGTable) -> bool {
-    let raw = core::ptr::from_ref(sgt).cast::<bindings::sg_table>();
-    // SAFETY: `SGTable` is `repr(transparent)` over a `struct sg_table`, which is valid and not
-    // modified while `sgt` is borrowed. Device-memory tables have `orig_nents == 0` (from
-    // `dma_buf_phys_vec_to_sgt()`) or entries without a page; reading the first entry is fine
-    // because a mapped table has at least one.
-    unsafe {
-        if (*raw).orig_nents == 0 || (*raw).sgl.is_null() {
-            return false;
-        }
-        // `sg_page()`: the page pointer without the chain/end bits.
-        (*(*raw).sgl).page_link & !0x3 != 0
+/// The CPU physical address behind DMA address `addr` of `dev`.
+fn dma_to_phys(dev: &device::Device, addr: u64) -> u64 {
+    // `device::Device` is `repr(transparent)` over `struct device`.
+    let raw = core::ptr::from_ref(dev).cast::<bindings::device>().cast_mut();
+    // SAFETY: `raw` is a valid device; the IOMMU core returns NULL for a device without an
+    // IOMMU domain.
+    let domain = unsafe { bindings::iommu_get_domain_for_dev(raw) };
+    if domain.is_null() {
+        return addr;
     }
+    // SAFETY: `domain` is the device's domain, valid while the device is bound (it is: it has
+    // an attachment mapped). Identity domains return `addr`; an address the domain does not map
+    // (a peer's bus address) gives 0.
+    match unsafe { bindings::iommu_iova_to_phys(domain, addr) } {
+        0 => addr,
+        phys => phys,
+    }
+}
+
+/// Whether `phys` is system RAM.
+fn is_system_ram(phys: u64) -> bool {
+    // SAFETY: `region_intersects()` only reads the resource tree, under its own lock.
+    let r = unsafe {
+        bindings::region_intersects(
+            phys,
+            1,
+            // CAST: resource flags are `unsigned long`.
+            bindings::IORESOURCE_SYSTEM_RAM as c_ulong,
+            // CAST: `IORES_DESC_NONE` is 0, a valid `unsigned long` descriptor.
+            bindings::IORES_DESC_NONE as c_ulong,
+        )
+    };
+    // CAST: `REGION_INTERSECTS` is 0.
+    r == bindings::REGION_INTERSECTS as i32
 }
 
 /// The PCI core's map type between `client` and the PCI device whose memory BAR contains
