@@ -647,9 +647,17 @@ mod tests {
             ),
             (0x1000, 4096),
         ] {
-            let q = lookup_self_query(addr, len).unwrap().unwrap();
-            let t = lookup_self_text(addr, len).unwrap();
-            assert_eq!(q, t, "at {addr:#x}+{len}");
+            // Other tests' threads map and unmap meanwhile, and an anonymous mapping next to
+            // ours merges with it: the two answers must agree on one of a few tries.
+            let mut last = None;
+            let agreed = (0..5).any(|_| {
+                let q = lookup_self_query(addr, len).unwrap().unwrap();
+                let t = lookup_self_text(addr, len).unwrap();
+                let same = q == t;
+                last = Some((q, t));
+                same
+            });
+            assert!(agreed, "at {addr:#x}+{len}: {last:?}");
         }
     }
 
