@@ -41,10 +41,22 @@ const RDMA_TOOLS: &[&str] = &[
 /// and put into /p2pbuf/bin (on the guest's PATH) with their shared-library closure.
 const USERSPACE_BINS: &[(&str, &str)] = &[("p2pbuf-cli", "p2pbuf")];
 
+/// The project's shared libraries, as (package, file): built with the binaries and put into
+/// /p2pbuf/lib (the preload library: `LD_PRELOAD=/p2pbuf/lib/libp2pbuf_peermem.so`).
+const USERSPACE_LIBS: &[(&str, &str)] = &[("p2pbuf-peermem", "libp2pbuf_peermem.so")];
+
+/// Verbs programs in C, built against the rdma-core of `cargo xtask rdma-core` (dynamically:
+/// libibverbs is what the preload library interposes) and put into /p2pbuf/bin, as (source,
+/// program).
+const VERBS_PROGRAMS: &[(&str, &str)] = &[(
+    "userspace/p2pbuf-peermem/c/verbs_rdma_write.c",
+    "verbs-rdma-write",
+)];
+
 fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo.current_dir(&ctx.root).args(["build", "--release"]);
-    for (pkg, _) in USERSPACE_BINS {
+    for (pkg, _) in USERSPACE_BINS.iter().chain(USERSPACE_LIBS) {
         cargo.args(["-p", pkg]);
     }
     // The CUDA path too: libcuda is loaded at run time, so the guest (no GPU, no driver)
@@ -67,6 +79,37 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
             root,
             &target.join("release").join(bin),
             Some(&Path::new("p2pbuf/bin").join(bin)),
+            Some(&stage_libs),
+            seen,
+        )?;
+    }
+    for (_, lib) in USERSPACE_LIBS {
+        copy_with_libs(
+            root,
+            &target.join("release").join(lib),
+            Some(&Path::new("p2pbuf/lib").join(lib)),
+            Some(&stage_libs),
+            seen,
+        )?;
+    }
+    let stage = crate::rdma::staging(ctx);
+    let out = target.join("verbs-programs");
+    fs::create_dir_all(&out)?;
+    for (src, name) in VERBS_PROGRAMS {
+        let mut cc = Command::new("gcc");
+        cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-I{}", stage.join("usr/include").display()))
+            .arg("-o")
+            .arg(out.join(name))
+            .arg(ctx.root.join(src))
+            .arg(format!("-L{}", stage_libs.display()))
+            .arg(format!("-Wl,-rpath-link,{}", stage_libs.display()))
+            .arg("-libverbs");
+        run_step(ctx, &format!("cc {src}"), "initramfs", &mut cc)?;
+        copy_with_libs(
+            root,
+            &out.join(name),
+            Some(&Path::new("p2pbuf/bin").join(name)),
             Some(&stage_libs),
             seen,
         )?;

@@ -1,0 +1,648 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * cuda-peermem-check: the CUDA half of libp2pbuf_peermem.so, on a machine with an NVIDIA GPU
+ * and no RDMA device.
+ *
+ * The program does what programs written for nvidia-peermem do: it allocates device memory
+ * with cuMemAlloc and calls plain ibv_reg_mr() (ibv_reg_mr_iova, ibv_reg_mr_iova2) on the
+ * device pointer. There is no RDMA device here, so no real verbs context: the context is a
+ * stand-in provider made with libibverbs' provider interface (verbs_init_context() and
+ * verbs_set_ops() from rdma-core's infiniband/driver.h, the calls a provider such as mlx5 or
+ * rxe makes when a device is opened). The program's calls go through the real libibverbs
+ * entry points (ibv_alloc_pd, ibv_reg_mr, ibv_reg_dmabuf_mr, ibv_dereg_mr) and reach the
+ * stand-in's operations where a real provider would issue the kernel command. The stand-in
+ * records what reaches it and checks the fd (a dma-buf: the filesystem magic, and the
+ * exporter and size from /proc/self/fdinfo). In "accept" mode it returns a memory region, so
+ * that the library's cache and deregistration run; in "no device" mode it fails with ENODEV,
+ * which is what is left to fail on this machine: registration reaches ibv_reg_dmabuf_mr, and
+ * only the device is missing.
+ *
+ *   LD_PRELOAD=libp2pbuf_peermem.so P2PBUF_PEERMEM_DEBUG=1 cuda-peermem-check [--max-gib N]
+ *   cuda-peermem-check --no-preload       (the same calls without the library)
+ *   ... --time-host N                     (and the cost of N host registrations)
+ *
+ * Output is TAP; exit status 0 if every check passed.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/driver.h>
+#include <infiniband/verbs.h>
+
+#define DMA_BUF_MAGIC 0x444d4142
+
+/* ---- TAP ---- */
+static int tests, failures;
+
+static bool check(bool cond, const char *fmt, ...)
+{
+	va_list ap;
+
+	tests++;
+	printf("%sok %d - ", cond ? "" : "not ", tests);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	if (!cond)
+		failures++;
+	fflush(stdout);
+	return cond;
+}
+
+static double now_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1;
+}
+
+/* ---- stderr capture: the library's messages ---- */
+static int saved_stderr = -1;
+static FILE *cap;
+static char captured[16384];
+
+static void capture_begin(void)
+{
+	fflush(stderr);
+	cap = tmpfile();
+	saved_stderr = dup(2);
+	dup2(fileno(cap), 2);
+}
+
+static const char *capture_end(void)
+{
+	size_t n;
+
+	fflush(stderr);
+	dup2(saved_stderr, 2);
+	close(saved_stderr);
+	rewind(cap);
+	n = fread(captured, 1, sizeof(captured) - 1, cap);
+	captured[n] = 0;
+	fclose(cap);
+	/* Show it, as a TAP comment per line. */
+	for (char *l = captured, *nl; *l; l = nl + 1) {
+		nl = strchr(l, '\n');
+		printf("#   %.*s\n", nl ? (int)(nl - l) : (int)strlen(l), l);
+		if (!nl)
+			break;
+	}
+	return captured;
+}
+
+/* ---- the stand-in provider ---- */
+static struct {
+	int reg_mr_calls, dmabuf_calls;
+	void *addr;
+	uint64_t offset, iova;
+	size_t length;
+	int fd, access;
+	bool is_dmabuf;
+	char exp_name[64];
+	unsigned long long dmabuf_size;
+} st;
+static int standin_errno; /* 0: accept */
+static uint32_t next_key = 0x100;
+
+static void standin_reset(void)
+{
+	memset(&st, 0, sizeof(st));
+	st.fd = -1;
+}
+
+static struct ibv_pd *s_alloc_pd(struct ibv_context *ctx)
+{
+	(void)ctx;
+	return calloc(1, sizeof(struct ibv_pd));
+}
+
+static int s_dealloc_pd(struct ibv_pd *pd)
+{
+	free(pd);
+	return 0;
+}
+
+static struct ibv_mr *new_mr(enum ibv_mr_type type, int access)
+{
+	struct verbs_mr *vmr = calloc(1, sizeof(*vmr));
+
+	vmr->mr_type = type;
+	vmr->access = access;
+	vmr->ibv_mr.lkey = next_key;
+	vmr->ibv_mr.rkey = next_key++;
+	return &vmr->ibv_mr;
+}
+
+static struct ibv_mr *s_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
+			       int access)
+{
+	(void)pd;
+	st.reg_mr_calls++;
+	st.addr = addr;
+	st.length = length;
+	st.iova = hca_va;
+	st.access = access;
+	return new_mr(IBV_MR_TYPE_MR, access);
+}
+
+static struct ibv_mr *s_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+				      uint64_t iova, int fd, int access)
+{
+	struct statfs sf;
+	char path[64], line[256];
+	FILE *f;
+
+	(void)pd;
+	st.dmabuf_calls++;
+	st.offset = offset;
+	st.length = length;
+	st.iova = iova;
+	st.fd = fd;
+	st.access = access;
+	st.is_dmabuf = fstatfs(fd, &sf) == 0 && (unsigned long)sf.f_type == DMA_BUF_MAGIC;
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		sscanf(line, "exp_name: %63s", st.exp_name);
+		sscanf(line, "size: %llu", &st.dmabuf_size);
+	}
+	if (f)
+		fclose(f);
+	if (standin_errno) {
+		errno = standin_errno;
+		return NULL;
+	}
+	return new_mr(IBV_MR_TYPE_DMABUF_MR, access);
+}
+
+static int s_dereg_mr(struct verbs_mr *vmr)
+{
+	free(vmr);
+	return 0;
+}
+
+static const struct verbs_context_ops standin_ops = {
+	.alloc_pd = s_alloc_pd,
+	.dealloc_pd = s_dealloc_pd,
+	.reg_mr = s_reg_mr,
+	.reg_dmabuf_mr = s_reg_dmabuf_mr,
+	.dereg_mr = s_dereg_mr,
+};
+
+/* ---- CUDA, loaded at run time ---- */
+typedef int CUresult;
+typedef uint64_t CUdeviceptr; /* unsigned long long in cuda.h: the same 64 bits */
+static CUresult (*cuInit)(unsigned int);
+static CUresult (*cuDeviceGet)(int *, int);
+static CUresult (*cuDeviceGetName)(char *, int, int);
+static CUresult (*cuDevicePrimaryCtxRetain)(void **, int);
+static CUresult (*cuCtxSetCurrent)(void *);
+static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*cuMemFree)(CUdeviceptr);
+static CUresult (*cuMemAllocHost)(void **, size_t);
+static CUresult (*cuMemFreeHost)(void *);
+static CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
+static CUresult (*cuMemGetInfo)(size_t *, size_t *);
+static CUresult (*cuDriverGetVersion)(int *);
+
+static bool load_cuda(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+
+	if (!h)
+		return false;
+#define SYM(v, n) *(void **)&v = dlsym(h, n); if (!v) return false;
+	SYM(cuInit, "cuInit");
+	SYM(cuDeviceGet, "cuDeviceGet");
+	SYM(cuDeviceGetName, "cuDeviceGetName");
+	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
+	SYM(cuMemAlloc, "cuMemAlloc_v2");
+	SYM(cuMemFree, "cuMemFree_v2");
+	SYM(cuMemAllocHost, "cuMemAllocHost_v2");
+	SYM(cuMemFreeHost, "cuMemFreeHost");
+	SYM(cuMemAllocManaged, "cuMemAllocManaged");
+	SYM(cuMemGetInfo, "cuMemGetInfo_v2");
+	SYM(cuDriverGetVersion, "cuDriverGetVersion");
+#undef SYM
+	return true;
+}
+
+#define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+static volatile int runtime_access = RW | IBV_ACCESS_RELAXED_ORDERING | (1 << 21);
+static bool preload = true;
+
+/* A registration of host-side memory must reach the provider's reg_mr untouched. */
+static void check_pass_through(struct ibv_pd *pd, void *p, size_t len, const char *what)
+{
+	struct ibv_mr *mr;
+
+	standin_reset();
+	capture_begin();
+	mr = ibv_reg_mr(pd, p, len, RW);
+	capture_end();
+	check(mr && st.reg_mr_calls == 1 && st.dmabuf_calls == 0 && st.addr == p &&
+		      st.length == len && st.iova == (uintptr_t)p && mr->addr == p,
+	      "%s: ibv_reg_mr passes through to the provider's reg_mr (reg_mr %d, reg_dmabuf_mr %d)",
+	      what, st.reg_mr_calls, st.dmabuf_calls);
+	if (mr)
+		ibv_dereg_mr(mr);
+}
+
+static void check_device_size(struct ibv_pd *pd, size_t size)
+{
+	CUdeviceptr d;
+	CUresult r;
+	struct ibv_mr *mr, *mr2;
+	struct ibv_pd nopd = { .context = NULL };
+	double t0, t_alloc, t_reg, t_reg2, t_dereg;
+	int base = count_fds(), fd1, e;
+	uint64_t exp_start, exp_len, sub, sublen;
+	const char *msg;
+	char want[256];
+
+	printf("# --- %zu bytes (%.6g GiB)\n", size, size / 1073741824.0);
+	t0 = now_us();
+	r = cuMemAlloc(&d, size);
+	t_alloc = now_us() - t0;
+	if (!check(r == 0, "cuMemAlloc(%zu): %d, %.0f us", size, r, t_alloc))
+		return;
+	exp_start = d & ~4095ULL;
+	exp_len = ((d + size + 4095) & ~4095ULL) - exp_start;
+	printf("# device pointer %#" PRIx64 " (%s)\n", d,
+	       d % (2 << 20) ? "not 2 MiB aligned" : "2 MiB aligned");
+
+	/* 1. The whole allocation, accepted by the stand-in. */
+	standin_errno = 0;
+	standin_reset();
+	capture_begin();
+	t0 = now_us();
+	mr = ibv_reg_mr(pd, (void *)(uintptr_t)d, size, RW);
+	t_reg = now_us() - t0;
+	msg = capture_end();
+	if (!preload) {
+		check(mr && st.reg_mr_calls == 1 && st.dmabuf_calls == 0,
+		      "without the library the device pointer goes to the provider's reg_mr as user memory (reg_mr %d, reg_dmabuf_mr %d)",
+		      st.reg_mr_calls, st.dmabuf_calls);
+		if (mr)
+			ibv_dereg_mr(mr);
+		cuMemFree(d);
+		return;
+	}
+	fd1 = st.fd;
+	check(mr != NULL, "ibv_reg_mr(device pointer, %zu) registered in %.0f us (pointer detection, export, registration)",
+	      size, t_reg);
+	check(st.dmabuf_calls == 1 && st.reg_mr_calls == 0,
+	      "it reached ibv_reg_dmabuf_mr, not reg_mr (reg_dmabuf_mr %d, reg_mr %d)",
+	      st.dmabuf_calls, st.reg_mr_calls);
+	check(st.is_dmabuf && !strcmp(st.exp_name, "nv_dmabuf") && st.dmabuf_size == exp_len,
+	      "the fd is a dma-buf (magic %s), exporter %s, %llu bytes (export of %" PRIu64 ")",
+	      st.is_dmabuf ? "DMA_BUF_MAGIC" : "wrong", st.exp_name, st.dmabuf_size, exp_len);
+	check(st.offset == d - exp_start && st.length == size && st.iova == d && st.access == RW,
+	      "offset %#" PRIx64 " (want %#" PRIx64 "), length %zu, iova %#" PRIx64 " = the pointer, access %#x",
+	      st.offset, d - exp_start, st.length, st.iova, st.access);
+	check(mr && mr->addr == (void *)(uintptr_t)d && mr->length == size,
+	      "mr->addr is the device pointer and mr->length the size (as ibv_reg_mr reports)");
+	check(count_fds() == base + 1, "one fd held for the allocation (%d open, %d before)",
+	      count_fds(), base);
+
+	/* 2. A second region inside the same allocation: the same fd, another offset. */
+	if (size >= 8192) {
+		sub = d + size / 2;
+		sublen = size / 4;
+	} else {
+		sub = d + 259;
+		sublen = 1000;
+	}
+	standin_reset();
+	capture_begin();
+	t0 = now_us();
+	mr2 = ibv_reg_mr_iova(pd, (void *)(uintptr_t)sub, sublen,
+			      0x100000000000ULL + (sub & 4095), RW);
+	t_reg2 = now_us() - t0;
+	msg = capture_end();
+	check(mr2 && st.dmabuf_calls == 1 && st.fd == fd1 && st.offset == sub - exp_start &&
+		      st.length == sublen && st.iova == 0x100000000000ULL + (sub & 4095),
+	      "ibv_reg_mr_iova of [+%#" PRIx64 ", %" PRIu64 ") with another iova: the cached fd %d (got %d), offset %#" PRIx64 ", iova %#" PRIx64 ", %.0f us",
+	      sub - d, sublen, fd1, st.fd, st.offset, st.iova, t_reg2);
+	check(strstr(msg, "cached fd") != NULL, "the library says it used the cached fd");
+	check(count_fds() == base + 1, "still one fd for two regions (%d open)", count_fds());
+
+	/* 3. Deregistration: the fd goes with the last region. */
+	t0 = now_us();
+	check(mr2 && ibv_dereg_mr(mr2) == 0 && count_fds() == base + 1,
+	      "first ibv_dereg_mr: the fd stays for the other region");
+	capture_begin();
+	e = mr ? ibv_dereg_mr(mr) : -1;
+	t_dereg = now_us() - t0;
+	msg = capture_end();
+	check(e == 0 && count_fds() == base && strstr(msg, "closed fd") &&
+		      strstr(msg, "holds 0 fd(s) for 0 memory region(s)"),
+	      "second ibv_dereg_mr: fd closed, nothing held (%d open, %d before)", count_fds(),
+	      base);
+
+	/* 4. The stand-in without a device: ibv_reg_dmabuf_mr fails with ENODEV, passed on. */
+	standin_errno = ENODEV;
+	standin_reset();
+	capture_begin();
+	errno = 0;
+	mr = ibv_reg_mr(pd, (void *)(uintptr_t)d, size, RW);
+	e = errno;
+	msg = capture_end();
+	snprintf(want, sizeof(want),
+		 "offset 0x%" PRIx64 ", length %zu, iova 0x%" PRIx64 ", fd %d, access LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ) failed: No such device (errno 19); closed fd",
+		 d - exp_start, size, d, st.fd);
+	check(!mr && e == ENODEV && st.dmabuf_calls == 1 && strstr(msg, want) &&
+		      count_fds() == base,
+	      "provider without a device: NULL, errno %d (ENODEV), the message has \"%s\", the export closed",
+	      e, want);
+	standin_errno = 0;
+
+	/* 5. No device context at all: the library stops before ibv_reg_dmabuf_mr. */
+	standin_reset();
+	capture_begin();
+	errno = 0;
+	mr = ibv_reg_mr(&nopd, (void *)(uintptr_t)d, size, RW);
+	e = errno;
+	msg = capture_end();
+	check(!mr && e == EINVAL && st.dmabuf_calls == 0 &&
+		      strstr(msg, "not calling ibv_reg_dmabuf_mr: the protection domain has no device context (pd->context is NULL): Invalid argument (errno 22)") &&
+		      strstr(msg, "nv_dmabuf dma-buf of") && count_fds() == base,
+	      "a protection domain without a context: NULL, errno %d (EINVAL) after the export, the exact message, the export closed",
+	      e);
+
+	/* 6. A range that runs past the allocation is not one dma-buf: passed through. */
+	standin_reset();
+	capture_begin();
+	mr = ibv_reg_mr(pd, (void *)(uintptr_t)(d + size - 4096), 8192, RW);
+	msg = capture_end();
+	check(mr && st.reg_mr_calls == 1 && st.dmabuf_calls == 0 &&
+		      strstr(msg, "runs past its allocation"),
+	      "a range past the allocation's end goes to the real ibv_reg_mr");
+	if (mr)
+		ibv_dereg_mr(mr);
+
+	check(cuMemFree(d) == 0, "cuMemFree");
+	printf("# size %zu: cuMemAlloc %.0f us, first ibv_reg_mr %.0f us, cached %.0f us, two deregs %.0f us\n",
+	       size, t_alloc, t_reg, t_reg2, t_dereg);
+}
+
+/* A registration from a thread that has no current CUDA context (a verbs progress thread). */
+struct thread_reg {
+	struct ibv_pd *pd;
+	CUdeviceptr d;
+	size_t size;
+	struct ibv_mr *mr;
+	int err, dmabuf_calls;
+};
+
+static void *thread_reg(void *arg)
+{
+	struct thread_reg *t = arg;
+
+	standin_reset();
+	capture_begin();
+	t->mr = ibv_reg_mr(t->pd, (void *)(uintptr_t)t->d, t->size, RW);
+	t->err = errno;
+	capture_end();
+	t->dmabuf_calls = st.dmabuf_calls;
+	if (t->mr)
+		ibv_dereg_mr(t->mr);
+	return NULL;
+}
+
+static void check_other_thread(struct ibv_pd *pd)
+{
+	struct thread_reg t = { .pd = pd, .size = 2 << 20 };
+	pthread_t th;
+
+	printf("# --- from a thread without a current CUDA context\n");
+	if (!check(cuMemAlloc(&t.d, t.size) == 0, "cuMemAlloc(2 MiB)"))
+		return;
+	pthread_create(&th, NULL, thread_reg, &t);
+	pthread_join(th, NULL);
+	check(t.mr && t.dmabuf_calls == 1,
+	      "ibv_reg_mr of device memory from a thread with no current context: exported (the library makes the allocation's context current) and registered (errno %d)",
+	      t.mr ? 0 : t.err);
+	cuMemFree(t.d);
+}
+
+/* An allocation freed while registered and a new one at the same address: another buffer id,
+ * so another export, not the first one's cached fd. */
+static void check_reused_address(struct ibv_pd *pd)
+{
+	CUdeviceptr a, b;
+	struct ibv_mr *ma, *mb;
+	int fa, base = count_fds();
+
+	printf("# --- an address freed and allocated again while the first region is registered\n");
+	if (!check(cuMemAlloc(&a, 2 << 20) == 0, "cuMemAlloc(2 MiB)"))
+		return;
+	standin_reset();
+	ma = ibv_reg_mr(pd, (void *)(uintptr_t)a, 2 << 20, RW);
+	fa = st.fd;
+	cuMemFree(a);
+	if (!check(cuMemAlloc(&b, 2 << 20) == 0, "cuMemAlloc(2 MiB) again"))
+		return;
+	printf("# first allocation %#" PRIx64 ", second %#" PRIx64 " (%s)\n", a, b,
+	       a == b ? "the same address" : "another address");
+	standin_reset();
+	capture_begin();
+	mb = ibv_reg_mr(pd, (void *)(uintptr_t)b, 2 << 20, RW);
+	capture_end();
+	check(ma && mb && st.dmabuf_calls == 1 && st.fd != fa && count_fds() == base + 2,
+	      "the new allocation gets its own export (fd %d, the freed one's is %d), not the cached fd",
+	      st.fd, fa);
+	if (ma)
+		ibv_dereg_mr(ma);
+	if (mb)
+		ibv_dereg_mr(mb);
+	check(count_fds() == base, "both exports closed with their regions");
+	cuMemFree(b);
+}
+
+/* The stand-in's context, laid out as a provider's (mlx5_context, rxe_context, ...). */
+struct standin_context {
+	struct verbs_context ibv_ctx;
+};
+
+int main(int argc, char **argv)
+{
+	struct verbs_device *vdev = calloc(1, sizeof(*vdev));
+	struct standin_context *sctx;
+	struct verbs_context *vctx;
+	struct ibv_device **list;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	Dl_info info;
+	double max_gib = 64;
+	int n, devs, time_host = 0;
+	void *host;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--no-preload"))
+			preload = false;
+		else if (!strcmp(argv[i], "--max-gib") && i + 1 < argc)
+			max_gib = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--time-host") && i + 1 < argc)
+			time_host = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: cuda-peermem-check [--no-preload] [--max-gib N] [--time-host N]\n");
+			return 2;
+		}
+	}
+	printf("TAP version 13\n");
+	if (dladdr(dlsym(RTLD_DEFAULT, "ibv_reg_mr"), &info))
+		printf("# ibv_reg_mr comes from %s\n", info.dli_fname);
+	check(preload == (dladdr(dlsym(RTLD_DEFAULT, "ibv_reg_mr"), &info) &&
+			  strstr(info.dli_fname, "libp2pbuf_peermem")),
+	      preload ? "the library is preloaded (ibv_reg_mr is its)" :
+			"the library is not preloaded (ibv_reg_mr is libibverbs')");
+	list = ibv_get_device_list(&devs);
+	printf("# RDMA devices on this machine: %d\n", list ? devs : -1);
+	if (list)
+		ibv_free_device_list(list);
+
+	/* The stand-in provider's context, as a provider's alloc_context makes one. */
+	atomic_init(&vdev->refcount, 1); /* ours: never released to a provider's uninit */
+	snprintf(vdev->device.name, sizeof(vdev->device.name), "standin0");
+	sctx = verbs_init_and_alloc_context(&vdev->device, -1, sctx, ibv_ctx, 0);
+	if (!sctx)
+		return 2;
+	vctx = &sctx->ibv_ctx;
+	verbs_set_ops(vctx, &standin_ops);
+	pd = ibv_alloc_pd(&vctx->context);
+	check(pd && pd->context == &vctx->context, "ibv_alloc_pd on the stand-in context");
+	if (!pd)
+		return 1;
+
+	/* Host memory, in a process without CUDA yet. */
+	host = malloc(1 << 20);
+	check_pass_through(pd, host, 1 << 20, "malloc'd host memory");
+
+	if (!load_cuda()) {
+		printf("# no libcuda.so.1 here: the CUDA checks are not run\n");
+	} else {
+		char name[128] = "";
+		int dev, ver = 0;
+		void *cctx, *pinned;
+		CUdeviceptr managed, small;
+		size_t free_b = 0, total_b = 0;
+
+		check(cuInit(0) == 0 && cuDeviceGet(&dev, 0) == 0 &&
+			      cuDevicePrimaryCtxRetain(&cctx, dev) == 0 && cuCtxSetCurrent(cctx) == 0,
+		      "CUDA initialised");
+		cuDeviceGetName(name, sizeof(name), dev);
+		cuDriverGetVersion(&ver);
+		cuMemGetInfo(&free_b, &total_b);
+		printf("# %s, driver API %d.%d, %.1f GiB free of %.1f GiB\n", name, ver / 1000,
+		       ver % 1000 / 10, free_b / 1073741824.0, total_b / 1073741824.0);
+
+		check_pass_through(pd, host, 1 << 20, "malloc'd host memory in a CUDA process");
+		if (cuMemAllocHost(&pinned, 2 << 20) == 0) {
+			check_pass_through(pd, pinned, 2 << 20, "cuMemAllocHost (pinned host) memory");
+			cuMemFreeHost(pinned);
+		}
+		if (cuMemAllocManaged(&managed, 2 << 20, 1) == 0) {
+			check_pass_through(pd, (void *)(uintptr_t)managed, 2 << 20,
+					   "cuMemAllocManaged memory");
+			cuMemFree(managed);
+		}
+
+		/* 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB, 4 GiB, 64 GiB. */
+		for (size_t size = 4096; size <= (size_t)(max_gib * 1073741824.0); size *= 16)
+			check_device_size(pd, size);
+
+		if (preload) {
+			check_other_thread(pd);
+			check_reused_address(pd);
+		}
+
+		/* Run-time access flags compile to ibv_reg_mr_iova2; optional flags. */
+		if (preload && cuMemAlloc(&small, 2 << 20) == 0) {
+			standin_reset();
+			capture_begin();
+			mr = ibv_reg_mr(pd, (void *)(uintptr_t)small, 2 << 20, runtime_access);
+			capture_end();
+			check(mr && st.dmabuf_calls == 1 &&
+				      st.access == (RW | IBV_ACCESS_RELAXED_ORDERING) &&
+				      st.iova == small,
+			      "ibv_reg_mr with run-time access flags (ibv_reg_mr_iova2): access %#x reaches ibv_reg_dmabuf_mr as %#x (RELAXED_ORDERING kept, unknown optional bit dropped)",
+			      runtime_access, st.access);
+			if (mr)
+				ibv_dereg_mr(mr);
+			/* An allocation smaller than a page, maybe not page aligned. */
+			cuMemFree(small);
+			if (cuMemAlloc(&small, 100) == 0) {
+				standin_reset();
+				capture_begin();
+				errno = 0;
+				mr = ibv_reg_mr(pd, (void *)(uintptr_t)small, 100, RW);
+				n = errno;
+				capture_end();
+				printf("# cuMemAlloc(100) gave %#" PRIx64 " (page offset %" PRIu64 ")\n", small,
+				       small & 4095);
+				check((mr && st.dmabuf_calls == 1 && st.offset == (small & 4095)) ||
+					      (!mr && n != 0 && st.dmabuf_calls == 0),
+				      "a 100-byte allocation: %s (offset %#" PRIx64 ", errno %d)",
+				      mr ? "registered through a page-wide export" : "refused with an errno",
+				      st.offset, n);
+				if (mr)
+					ibv_dereg_mr(mr);
+				cuMemFree(small);
+			}
+		}
+	}
+
+	/* Cost for host memory: n registrations and deregistrations of 4 KiB (run it without
+	 * P2PBUF_PEERMEM_DEBUG, which prints a line per call). */
+	if (time_host > 0) {
+		int reps = time_host;
+		double t0 = now_us(), per;
+
+		for (int i = 0; i < reps; i++) {
+			mr = ibv_reg_mr(pd, host, 4096, RW);
+			if (!mr || ibv_dereg_mr(mr))
+				break;
+		}
+		per = (now_us() - t0) / reps;
+		printf("# host memory, 4 KiB: %.2f us per ibv_reg_mr + ibv_dereg_mr (%s the library; the stand-in's own work is a calloc and a free)\n",
+		       per, preload ? "with" : "without");
+	}
+
+	free(host);
+	ibv_dealloc_pd(pd);
+	verbs_uninit_context(vctx);
+	free(sctx);
+	printf("1..%d\n# %d passed, %d failed\n", tests, tests - failures, failures);
+	return failures ? 1 : 0;
+}

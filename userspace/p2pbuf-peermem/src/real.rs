@@ -1,0 +1,77 @@
+//! The real libibverbs functions, found after this library in the lookup order
+//! (`dlvsym(RTLD_NEXT, name, version)`, the version that a program built against rdma-core
+//! binds to; `dlsym` for a libibverbs without symbol versions).
+
+use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use p2pbuf_rdma::ffi::{ibv_mr, ibv_pd};
+
+/// `ibv_reg_mr` (IBVERBS_1.1).
+pub type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
+/// `ibv_reg_mr_iova` (IBVERBS_1.7).
+pub type RegMrIova =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr;
+/// `ibv_reg_mr_iova2` (IBVERBS_1.8).
+pub type RegMrIova2 =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut ibv_mr;
+/// `ibv_reg_dmabuf_mr` (IBVERBS_1.12).
+pub type RegDmabufMr =
+    unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
+/// `ibv_dereg_mr` (IBVERBS_1.1).
+pub type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
+
+/// One lazily resolved function. A failed lookup is retried next time (libibverbs may be
+/// loaded later, with `dlopen(RTLD_GLOBAL)`).
+pub struct Sym {
+    name: &'static CStr,
+    version: &'static CStr,
+    addr: AtomicPtr<c_void>,
+}
+
+impl Sym {
+    const fn new(name: &'static CStr, version: &'static CStr) -> Sym {
+        Sym {
+            name,
+            version,
+            addr: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The function's name.
+    pub fn name(&self) -> &'static str {
+        self.name.to_str().unwrap_or("?")
+    }
+
+    /// The address, or `None` if no later object defines it.
+    pub fn get(&self) -> Option<*mut c_void> {
+        let p = self.addr.load(Ordering::Acquire);
+        if !p.is_null() {
+            return Some(p);
+        }
+        // SAFETY: dlvsym/dlsym with RTLD_NEXT and NUL-terminated names; they return an address
+        // or NULL.
+        let mut p =
+            unsafe { libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), self.version.as_ptr()) };
+        if p.is_null() {
+            // SAFETY: as above.
+            p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        }
+        if p.is_null() {
+            return None;
+        }
+        self.addr.store(p, Ordering::Release);
+        Some(p)
+    }
+}
+
+/// `ibv_reg_mr`.
+pub static REG_MR: Sym = Sym::new(c"ibv_reg_mr", c"IBVERBS_1.1");
+/// `ibv_reg_mr_iova`.
+pub static REG_MR_IOVA: Sym = Sym::new(c"ibv_reg_mr_iova", c"IBVERBS_1.7");
+/// `ibv_reg_mr_iova2`.
+pub static REG_MR_IOVA2: Sym = Sym::new(c"ibv_reg_mr_iova2", c"IBVERBS_1.8");
+/// `ibv_reg_dmabuf_mr`.
+pub static REG_DMABUF_MR: Sym = Sym::new(c"ibv_reg_dmabuf_mr", c"IBVERBS_1.12");
+/// `ibv_dereg_mr`.
+pub static DEREG_MR: Sym = Sym::new(c"ibv_dereg_mr", c"IBVERBS_1.1");

@@ -1,0 +1,38 @@
+#!/bin/bash
+# The CUDA half of libp2pbuf_peermem.so, on a machine with an NVIDIA GPU and no RDMA device:
+# pointer detection and dma-buf export from 4 KiB to 64 GiB, and registration reaching
+# ibv_reg_dmabuf_mr (through the real libibverbs, into a stand-in provider: see
+# userspace/p2pbuf-peermem/c/cuda_peermem_check.c). Prints what docs/rdma.md reports; the log of
+# a run is docs/cuda-h200-peermem-run.txt.
+# Usage: peermem-gpu-run.sh BUNDLE_DIR   (made by userspace/scripts/peermem-gpu-bundle.sh)
+set -u
+D=$(cd "${1:-$(dirname "$0")}" && pwd)
+export LD_LIBRARY_PATH=$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+CHECK=$D/cuda-peermem-check
+LIB=$D/libp2pbuf_peermem.so
+MAX_GIB=${MAX_GIB:-64}
+
+section() { printf '\n=== %s\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; printf '[exit %s]\n' "$?"; }
+
+section "machine"
+date -u
+uname -r
+grep -E '^PRETTY_NAME=' /etc/os-release
+nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total,memory.used --format=csv 2>&1
+echo "/sys/class/infiniband: $(ls -A /sys/class/infiniband 2>&1 | tr '\n' ' ')"
+echo "rdma-core installed: $(ls /usr/lib/x86_64-linux-gnu/libibverbs.so.1 2>/dev/null || echo no)"
+run ldd "$CHECK"
+run ldd "$LIB"
+
+section "with the library: LD_PRELOAD=libp2pbuf_peermem.so P2PBUF_PEERMEM_DEBUG=1, sizes 4 KiB to $MAX_GIB GiB"
+run env LD_PRELOAD="$LIB" P2PBUF_PEERMEM_DEBUG=1 "$CHECK" --max-gib "$MAX_GIB"
+
+section "without the library (sizes up to 1 GiB)"
+run "$CHECK" --no-preload --max-gib 1
+
+section "cost for host memory in a CUDA process: 4 KiB registrations, without and with the library (no messages)"
+for i in 1 2 3; do
+	"$CHECK" --no-preload --max-gib 0 --time-host 200000 | grep '^# host memory'
+	env LD_PRELOAD="$LIB" "$CHECK" --max-gib 0 --time-host 200000 | grep '^# host memory'
+done
