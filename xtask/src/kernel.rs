@@ -266,8 +266,7 @@ fn configure(ctx: &Ctx) -> Result<()> {
     // killed run) leaves a tiny `.config` behind an older, matching stamp. So the `.config` must
     // also still honour the fragment.
     let honoured = fs::read_to_string(&dotconfig).is_ok_and(|config| {
-        fs::read_to_string(&fragment)
-            .is_ok_and(|frag| config_mismatches(&frag, &config).is_empty())
+        fs::read_to_string(&fragment).is_ok_and(|frag| config_mismatches(&frag, &config).is_empty())
     });
     if stamp.fresh(&hash) && honoured {
         println!("    config: up to date");
