@@ -141,7 +141,7 @@ fn alloc(arg: usize) -> Result {
         return Err(EINVAL);
     }
     let p = provider(a.provider)?;
-    let (dmabuf, offset) = p.alloc(&THIS_MODULE, a.length)?;
+    let (dmabuf, offset) = p.alloc(kernel::module::this_module::<crate::LocalModule>(), a.length)?;
     // Install the fd only once nothing can fail any more: on error the reservation and the
     // buffer are dropped, and the memory goes back.
     let fd = FileDescriptorReservation::get_unused_fd_flags(kernel::fs::file::flags::O_CLOEXEC)?;

@@ -204,7 +204,6 @@ impl Provider {
 
 kernel::pci_device_table!(
     PCI_TABLE,
-    MODULE_PCI_TABLE,
     <Driver as pci::Driver>::IdInfo,
     [(
         // ivshmem-plain: the emulated GPU memory of the lab (its BAR2).
@@ -229,9 +228,9 @@ impl pci::Driver for Driver {
 
     fn probe<'bound>(
         pdev: &'bound pci::Device<Core<'_>>,
-        _info: &'bound Self::IdInfo,
+        _info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
-        let bar = *crate::module_parameters::bar.value();
+        let bar = crate::module_parameters::bar.value();
         pdev.enable_device_mem()?;
         let bar_start = pdev.resource_start(bar)?;
         let bar_size = pdev.resource_len(bar)?;

@@ -4,7 +4,7 @@
 //! `/dev/p2pbuf-dma`; unbinding detaches every imported buffer first.
 
 use crate::{
-    edu::{self, regs, Edu, IrqHandler},
+    edu::{regs, Edu},
     engine::Engine,
     ENGINE,
 };
@@ -12,7 +12,7 @@ use kernel::{
     bindings,
     device::Core,
     dma::{Device as _, DmaMask},
-    irq, pci,
+    pci,
     prelude::*,
     sync::Arc,
 };
@@ -43,7 +43,6 @@ const EDU_ID: pci::DeviceId = unsafe {
 
 kernel::pci_device_table!(
     PCI_TABLE,
-    MODULE_PCI_TABLE,
     <Driver as pci::Driver>::IdInfo,
     [(EDU_ID, ())]
 );
@@ -51,12 +50,9 @@ kernel::pci_device_table!(
 /// The PCI driver.
 pub(crate) struct Driver;
 
-/// Per-device data: the engine, and its interrupt (freed after the engine is shut down).
-#[pin_data]
+/// Per-device data: the engine.
 pub(crate) struct DriverData {
     engine: Arc<Engine>,
-    #[pin]
-    _irq: irq::Registration<IrqHandler>,
 }
 
 impl pci::Driver for Driver {
@@ -67,29 +63,20 @@ impl pci::Driver for Driver {
 
     fn probe<'bound>(
         pdev: &'bound pci::Device<Core<'_>>,
-        _info: &'bound Self::IdInfo,
+        _info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
-        pin_init::pin_init_scope(move || {
-            pdev.enable_device_mem()?;
-            pdev.set_master();
-            // SAFETY: Nothing allocates or maps DMA memory for this device yet: we are in probe,
-            // before the engine is published.
-            unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
-            let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"p2pbuf_importer")?;
-            let edu = Arc::pin_init(Edu::new(pdev, bar)?, GFP_KERNEL)?;
-            let generic: &pci::Device = pdev;
-            let engine = Arc::pin_init(Engine::new(generic.into(), edu.clone()), GFP_KERNEL)?;
-            let irq = edu::request_irq(pdev, edu)?;
-            let published = engine.clone();
-            Ok(try_pin_init!(DriverData {
-                engine,
-                _irq <- irq,
-                _: {
-                    publish(published)?;
-                    dev_info!(pdev.as_ref(), "DMA engine ready: /dev/p2pbuf-dma\n");
-                },
-            }))
-        })
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+        // SAFETY: Nothing allocates or maps DMA memory for this device yet: we are in probe,
+        // before the engine is published.
+        unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
+        let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"p2pbuf_importer")?;
+        let edu = Arc::pin_init(Edu::new(pdev, bar)?, GFP_KERNEL)?;
+        let generic: &pci::Device = pdev;
+        let engine = Arc::pin_init(Engine::new(generic.into(), edu), GFP_KERNEL)?;
+        publish(engine.clone())?;
+        dev_info!(pdev.as_ref(), "DMA engine ready: /dev/p2pbuf-dma\n");
+        Ok(DriverData { engine })
     }
 
     fn unbind<'bound>(_pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {

@@ -4,26 +4,33 @@
 //!
 //! The device has one DMA channel between bus addresses and an internal buffer at device
 //! address [`WINDOW_BASE`], of which we use [`WINDOW`] bytes: one transfer moves at most that
-//! much in one direction, and raises interrupt [`regs::IRQ_STATUS`]`.dma` when it is done (the model
-//! finishes a transfer 100 ms of virtual time after it was started). A running transfer cannot
-//! be aborted, and its registers ignore writes until it is done.
+//! much in one direction (the model finishes a transfer 100 ms of virtual time after it was
+//! started). A running transfer cannot be aborted, and its registers ignore writes until it is
+//! done.
 //!
-//! [`Edu`] owns the mapped registers and the completion the interrupt handler signals;
-//! [`Edu::claim`] serialises transfers and hands out a [`Claim`], through which the copy code
-//! drives the engine while it holds the reservation lock of the buffer being accessed.
+//! The driver polls the engine's `run` bit for the end of a transfer instead of taking its
+//! interrupt. Linux 7.3's PCI interrupt API hands out an [`irq::Registration`] that borrows the
+//! [`pci::IrqVectorRegistration`] it came from, so a driver cannot keep both in its per-device
+//! data without a self-referential struct; a transfer takes 100 ms, so polling every
+//! [`POLL`] costs nothing measurable. Transfers are started without the `irq` bit, so the
+//! device never raises an interrupt that nobody handles.
+//!
+//! [`Edu`] owns the mapped registers (revocable: they go away on unbind); [`Edu::claim`]
+//! serialises transfers and hands out a [`Claim`], through which the copy code drives the engine
+//! while it holds the reservation lock of the buffer being accessed.
+//!
+//! [`irq::Registration`]: kernel::irq::Registration
+//! [`pci::IrqVectorRegistration`]: kernel::pci::IrqVectorRegistration
 
 use kernel::{
-    bindings,
-    device::{Bound, Device},
-    devres::Devres,
+    device::Bound,
     dma::DmaAddress,
-    io::{poll::read_poll_timeout, Io},
-    irq::{self, IrqReturn},
+    io::{poll::read_poll_timeout, Io, IoBackend, IoBase, MmioBackend},
     new_mutex, pci,
+    pci::DevresBar,
     prelude::*,
-    sync::{lock::mutex::MutexGuard, Arc, Mutex},
-    time::{msecs_to_jiffies, Delta},
-    types::Opaque,
+    sync::{lock::mutex::MutexGuard, Mutex},
+    time::Delta,
 };
 
 /// The registers of BAR0.
@@ -57,21 +64,6 @@ pub(crate) mod regs {
             0:0 fact => bool;
         }
 
-        /// DMA source address: a bus address, or a device address in the window.
-        pub(crate) DMA_SRC(u64) @ 0x80 {
-            63:0 addr;
-        }
-
-        /// DMA destination address: a bus address, or a device address in the window.
-        pub(crate) DMA_DST(u64) @ 0x88 {
-            63:0 addr;
-        }
-
-        /// DMA length in bytes.
-        pub(crate) DMA_COUNT(u64) @ 0x90 {
-            63:0 count;
-        }
-
         /// DMA command; writing it with `run` set starts a transfer.
         pub(crate) DMA_CMD(u32) @ 0x98 {
             /// Raise [`IRQ_STATUS::dma`] when done.
@@ -82,6 +74,17 @@ pub(crate) mod regs {
             /// Set while the transfer runs.
             0:0 run => bool;
         }
+    }
+
+    /// The 64-bit DMA registers, by offset (see [`super::write64`]).
+    #[derive(Clone, Copy)]
+    pub(crate) enum Reg64 {
+        /// DMA source address: a bus address, or a device address in the window.
+        Src = 0x80,
+        /// DMA destination address: a bus address, or a device address in the window.
+        Dst = 0x88,
+        /// DMA length in bytes.
+        Count = 0x90,
     }
 
     /// The magic byte of [`ID`].
@@ -109,53 +112,8 @@ pub(crate) const DEFAULT_TIMEOUT_MS: u32 = 1000;
 /// engine is declared dead. The model always ends a transfer after 100 ms.
 const GRACE: Delta = Delta::from_secs(10);
 
-/// BAR0, sized for the registers we use.
-pub(crate) type Bar0 = pci::Bar<'static, { END }>;
-
-/// A counted completion with a timed wait, signalled from the interrupt handler.
-///
-/// The Rust [`kernel::sync::Completion`] only has `complete_all()` and an untimed wait; a DMA
-/// engine needs `complete()` (one wake-up per interrupt) and `wait_for_completion_timeout()`.
-#[pin_data]
-struct Done {
-    #[pin]
-    inner: Opaque<bindings::completion>,
-}
-
-// SAFETY: A `struct completion` is designed to be signalled and waited for from any context
-// and thread; it has its own lock.
-unsafe impl Send for Done {}
-// SAFETY: See above.
-unsafe impl Sync for Done {}
-
-impl Done {
-    fn new() -> impl PinInit<Self> {
-        pin_init!(Self {
-            inner <- Opaque::ffi_init(|slot: *mut bindings::completion| {
-                // SAFETY: `slot` is a valid pointer to an uninitialised `struct completion`.
-                unsafe { bindings::init_completion(slot) };
-            }),
-        })
-    }
-
-    /// Wakes one waiter (or the next one to wait).
-    fn complete(&self) {
-        // SAFETY: `inner` was initialised by `init_completion()` and is pinned.
-        unsafe { bindings::complete(self.inner.get()) };
-    }
-
-    /// Waits for a wake-up; returns the jiffies left of `timeout`, or 0 when it ran out.
-    fn wait(&self, timeout: c_ulong) -> c_ulong {
-        // SAFETY: `inner` was initialised by `init_completion()` and is pinned.
-        unsafe { bindings::wait_for_completion_timeout(self.inner.get(), timeout) }
-    }
-
-    /// Forgets wake-ups nobody waited for (from an interrupt that came late).
-    fn drain(&self) {
-        // SAFETY: `inner` was initialised by `init_completion()` and is pinned.
-        while unsafe { bindings::try_wait_for_completion(self.inner.get()) } {}
-    }
-}
+/// How often a running transfer is polled for its end.
+const POLL: Delta = Delta::from_millis(1);
 
 /// What the engine's mutex protects.
 struct HwState {
@@ -166,9 +124,7 @@ struct HwState {
 /// The DMA engine of one `edu` device.
 #[pin_data]
 pub(crate) struct Edu {
-    bar: Devres<Bar0>,
-    #[pin]
-    done: Done,
+    bar: DevresBar<{ END }>,
     #[pin]
     hw: Mutex<HwState>,
 }
@@ -200,25 +156,8 @@ impl Edu {
         let bar = bar.into_devres()?;
         Ok(try_pin_init!(Self {
             bar,
-            done <- Done::new(),
             hw <- new_mutex!(HwState { dead: false }),
         }))
-    }
-
-    /// The interrupt: acknowledges the DMA source and wakes the waiter.
-    fn handle_irq(&self, dev: &Device<Bound>) -> IrqReturn {
-        let Ok(bar) = self.bar.access(dev) else {
-            return IrqReturn::None;
-        };
-        let status = bar.read(IRQ_STATUS);
-        if status.into_raw() == 0 {
-            return IrqReturn::None;
-        }
-        bar.write_reg(IRQ_ACK::from_raw(status.into_raw()));
-        if status.dma() {
-            self.done.complete();
-        }
-        IrqReturn::Handled
     }
 
     /// Serialises use of the engine; fails with `EIO` once it is dead.
@@ -236,14 +175,10 @@ impl Edu {
         Ok(bar.read(DMA_CMD).run())
     }
 
-    /// Waits until no transfer runs, polling, for at most `timeout`.
+    /// Waits until no transfer runs, polling every [`POLL`], for at most `timeout`
+    /// (`ETIMEDOUT` then).
     fn wait_idle(&self, timeout: Delta) -> Result {
-        read_poll_timeout(
-            || self.busy(),
-            |busy| !*busy,
-            Delta::from_millis(5),
-            timeout,
-        )?;
+        read_poll_timeout(|| self.busy(), |busy| !*busy, POLL, timeout)?;
         Ok(())
     }
 }
@@ -304,32 +239,18 @@ impl Claim<'_> {
         if edu.busy()? {
             edu.wait_idle(GRACE).inspect_err(|_| self.hw.dead = true)?;
         }
-        edu.done.drain();
         {
             let bar = edu.bar.try_access().ok_or(ENODEV)?;
-            bar.write_reg(DMA_SRC::zeroed().with_addr(src));
-            bar.write_reg(DMA_DST::zeroed().with_addr(dst));
-            bar.write_reg(DMA_COUNT::zeroed().with_count(len as u64));
-            bar.write_reg(
-                DMA_CMD::zeroed()
-                    .with_run(true)
-                    .with_to_ram(to_ram)
-                    .with_irq(true),
-            );
+            write64(&bar, Reg64::Src, src);
+            write64(&bar, Reg64::Dst, dst);
+            write64(&bar, Reg64::Count, len as u64);
+            bar.write_reg(DMA_CMD::zeroed().with_run(true).with_to_ram(to_ram));
         }
-        let mut left = msecs_to_jiffies(timeout_ms).max(1);
-        loop {
-            left = edu.done.wait(left);
-            // A wake-up may be left over from an earlier, late interrupt: the engine's own
-            // `run` bit says whether this transfer is done.
-            if !edu.busy()? {
-                return Ok(());
-            }
-            if left == 0 {
-                break;
-            }
+        match edu.wait_idle(Delta::from_millis(i64::from(timeout_ms.max(1)))) {
+            Err(e) if e == ETIMEDOUT => {}
+            done => return done,
         }
-        // No interrupt in time. The engine cannot be stopped, and our caller unmaps the memory
+        // Not done in time. The engine cannot be stopped, and our caller unmaps the memory
         // once we return: wait (a bounded time) until it is idle before giving up.
         if edu.wait_idle(GRACE).is_err() {
             self.hw.dead = true;
@@ -339,28 +260,21 @@ impl Claim<'_> {
     }
 }
 
-/// The interrupt handler's data: the engine whose completion it signals.
-pub(crate) struct IrqHandler(pub(crate) Arc<Edu>);
-
-impl irq::Handler for IrqHandler {
-    fn handle(&self, dev: &Device<Bound>) -> IrqReturn {
-        self.0.handle_irq(dev)
-    }
-}
-
-/// Requests the device's interrupt (MSI if it has it, else INTx) for `edu`.
-pub(crate) fn request_irq<'a>(
-    pdev: &'a pci::Device<Bound>,
-    edu: Arc<Edu>,
-) -> Result<impl PinInit<irq::Registration<IrqHandler>, Error> + 'a> {
-    let types = pci::IrqTypes::default()
-        .with(pci::IrqType::Msi)
-        .with(pci::IrqType::Intx);
-    let vectors = pdev.alloc_irq_vectors(1, 1, types)?;
-    Ok(pdev.request_irq(
-        *vectors.start(),
-        irq::Flags::SHARED,
-        c"p2pbuf-dma",
-        Ok::<_, Error>(IrqHandler(edu)),
-    ))
+/// Writes the 64-bit DMA register `reg`.
+///
+/// `register!` cannot declare these on Linux 7.3: a PCI BAR's I/O region promises only 4-byte
+/// alignment (`Region::MIN_ALIGN`), so a `u64` access to it fails to build, and the model takes
+/// a 4-byte write to one of them as the whole 64-bit value (no way to set the upper half). The
+/// BAR is mapped at a page boundary, so an 8-aligned offset is an 8-aligned address.
+fn write64(bar: &pci::Bar<'_, { END }>, reg: Reg64, value: u64) {
+    let view = bar.as_view();
+    let ptr = MmioBackend::as_ptr(view)
+        .cast::<u8>()
+        .wrapping_add(reg as usize)
+        .cast::<u64>();
+    // SAFETY: `ptr` is a projection of the view: `reg` is one of the 8-aligned offsets of
+    // `Reg64`, each at most `END - 8`, and the region is at least `END` bytes (the `Bar`'s size
+    // parameter) and mapped page-aligned, so the `u64` at `ptr` lies inside it and is aligned.
+    let reg = unsafe { MmioBackend::project_view(view, ptr) };
+    reg.write_val(value);
 }

@@ -328,7 +328,8 @@ fn configure(ctx: &Ctx) -> Result<()> {
 
 pub fn kernel(ctx: &Ctx, opts: &KernelOpts) -> Result<()> {
     heading(&format!(
-        "kernel: Linux 7.2 + the p2pbuf series{}",
+        "kernel: Linux {} + the p2pbuf series{}",
+        crate::setup::KERNEL_SERIES,
         ctx.flavour.note()
     ));
     if opts.keep_tree {
@@ -357,7 +358,7 @@ pub fn describe(ctx: &Ctx, keep_tree: bool) -> String {
     let kb = ctx.kbuild();
     let release = fs::read_to_string(kb.join("include/config/kernel.release"))
         .map(|r| r.trim().to_string())
-        .unwrap_or_else(|_| "7.2 (release not recorded)".into());
+        .unwrap_or_else(|_| format!("{} (release not recorded)", crate::setup::KERNEL_SERIES));
     let tree = if keep_tree {
         "the kernel tree as it was (--keep-tree)".to_string()
     } else {
@@ -500,10 +501,10 @@ mod tests {
         // What the results say about it.
         let kb = bench.kbuild();
         fs::create_dir_all(kb.join("include/config")).unwrap();
-        fs::write(kb.join("include/config/kernel.release"), "7.2.13\n").unwrap();
+        fs::write(kb.join("include/config/kernel.release"), "7.3.4\n").unwrap();
         fs::write(kb.join(".config"), "CONFIG_PCI_P2PDMA=y\n").unwrap();
         let d = describe(&bench, false);
-        assert!(d.starts_with("Linux 7.2.13 + the p2pbuf series ("), "{d}");
+        assert!(d.starts_with("Linux 7.3.4 + the p2pbuf series ("), "{d}");
         assert!(
             d.contains("bench config (linux/p2pbuf.config without its debug block: no "),
             "{d}"

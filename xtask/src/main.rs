@@ -1,6 +1,6 @@
 //! `cargo xtask`: the p2pbuf VM lab.
 //!
-//! Fetches and builds Linux 7.2 with Rust, the project's modules and an initramfs, and runs
+//! Fetches and builds Linux 7.3 with Rust, the project's modules and an initramfs, and runs
 //! the whole stack in QEMU. Every step is idempotent; caches live outside the clone.
 
 mod bench;
@@ -29,7 +29,7 @@ use vm::{Mode, Topology, VmConfig, VmFiles};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
-    about = "The p2pbuf VM lab: build Linux 7.2 + modules, run the stack in QEMU"
+    about = "The p2pbuf VM lab: build Linux 7.3 + modules, run the stack in QEMU"
 )]
 struct Cli {
     /// Cache directory (kernel tree, build output, tools, VM files).
@@ -92,7 +92,7 @@ impl VmOpts {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what is missing: Debian packages, rust-src, bindgen, libclang, Linux 7.2 source.
+    /// Install what is missing: Debian packages, rust-src, bindgen, libclang, Linux 7.3 source.
     Setup,
     /// Apply linux/patches to the pristine tree, configure, build bzImage and modules.
     Kernel(BuildOpts),

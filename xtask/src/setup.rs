@@ -3,7 +3,7 @@
 //! Debian packages through the system's apt (root or password-less sudo), `rust-src` through
 //! rustup, `bindgen-cli` through cargo into the cache, libclang 18 from its PyPI wheel into the
 //! cache, Clang/LLVM 18 (the kernel's compiler) from Debian trixie's packages unpacked into the
-//! cache, and the Linux 7.2 source from Debian's `linux-source-7.2`; both of the latter through a
+//! cache, and the Linux 7.3 source from Debian's `linux-source-7.3`; both of the latter through a
 //! private apt configuration in the cache (the system's sources are never edited).
 
 use crate::util::{heading, output, run_step, Ctx};
@@ -45,15 +45,17 @@ pub const DEB_PACKAGES: &[&str] = &[
     "jq",
 ];
 
-/// The pinned kernel: Debian's `linux-source-7.2` at this version; any other 7.2.y the archive
-/// still has is taken when this one is gone.
-pub const KERNEL_PIN: &str = "7.2.13-1";
+/// The kernel series the lab builds: Debian's `linux-source-<KERNEL_SERIES>`.
+pub const KERNEL_SERIES: &str = "7.3";
+/// The pinned kernel: Debian's `linux-source-7.3` at this version (trixie-backports); any other
+/// 7.3.y the archive still has is taken when this one is gone.
+pub const KERNEL_PIN: &str = "7.3.4-1~bpo13+1";
 const BINDGEN_VERSION: &str = "0.73.2";
 const LIBCLANG_WHEEL: &str = "libclang==18.1.1";
 
 /// The kernel's compiler: Clang/LLVM of this major version (`make LLVM=<dir>/`), from Debian
 /// trixie's `llvm-toolchain-18`. A Rust kernel with KASAN needs clang (`RUST` depends on
-/// `!KASAN || CC_IS_CLANG`), Linux 7.2 needs clang >= 17.0.1, and bookworm's newest is 16. 18 is
+/// `!KASAN || CC_IS_CLANG`), Linux 7.3 needs clang >= 17.0.1, and bookworm's newest is 16. 18 is
 /// the major of the libclang wheel that bindgen uses: with clang as CC, kbuild hands bindgen
 /// clang's own flags, so both must know the same ones.
 pub const LLVM_MAJOR: u32 = 18;
@@ -104,7 +106,7 @@ pub fn setup(ctx: &Ctx) -> Result<()> {
     bindgen(ctx)?;
     libclang(ctx)?;
     llvm(ctx)?;
-    heading("setup: Linux 7.2 source");
+    heading(&format!("setup: Linux {KERNEL_SERIES} source"));
     kernel_source(ctx)?;
     Ok(())
 }
@@ -508,23 +510,40 @@ pub fn private_apt_update(ctx: &Ctx, opts: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Whether a cache directory name (`linux-7.3.4`) holds a tree of [`KERNEL_SERIES`].
+fn is_series_tree(name: &str) -> bool {
+    name.strip_prefix("linux-")
+        .and_then(|v| v.strip_prefix(KERNEL_SERIES))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
 fn kernel_source(ctx: &Ctx) -> Result<()> {
+    let pkg = format!("linux-source-{KERNEL_SERIES}");
+    let prefix = format!("{pkg}_");
     if let Ok(tree) = ctx.ksrc() {
-        if tree.join(".git").exists() && tree.join("Makefile").exists() {
+        let ours = tree
+            .file_name()
+            .is_some_and(|n| is_series_tree(&n.to_string_lossy()));
+        if ours && tree.join(".git").exists() && tree.join("Makefile").exists() {
             println!("    kernel tree: {}", tree.display());
             return Ok(());
+        }
+        if !ours {
+            println!(
+                "    kernel tree {} is not Linux {KERNEL_SERIES}: setting up {pkg} beside it",
+                tree.display()
+            );
         }
     }
     let dl = ctx.cache.join("dl");
     fs::create_dir_all(&dl)?;
-    let deb = match find_file(&dl, |n| {
-        n.starts_with("linux-source-7.2_") && n.ends_with(".deb")
-    })? {
+    let is_deb = |n: &str| n.starts_with(&prefix) && n.ends_with(".deb");
+    let deb = match find_file(&dl, is_deb)? {
         Some(d) => d,
         None => {
             let opts = private_apt(ctx)?;
             private_apt_update(ctx, &opts)?;
-            let pinned = format!("linux-source-7.2={KERNEL_PIN}");
+            let pinned = format!("{pkg}={KERNEL_PIN}");
             let r = run_step(
                 ctx,
                 &format!("apt-get download {pinned}"),
@@ -537,35 +556,33 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
             );
             if r.is_err() {
                 println!(
-                    "    {KERNEL_PIN} is gone from the archive; taking the newest 7.2.y it has"
+                    "    {KERNEL_PIN} is gone from the archive; taking the newest {KERNEL_SERIES}.y it has"
                 );
                 run_step(
                     ctx,
-                    "apt-get download linux-source-7.2",
+                    &format!("apt-get download {pkg}"),
                     "setup-kernel",
                     Command::new("apt-get")
                         .args(&opts)
-                        .args(["download", "linux-source-7.2"])
+                        .args(["download", &pkg])
                         .current_dir(&dl),
                 )?;
             }
-            find_file(&dl, |n| {
-                n.starts_with("linux-source-7.2_") && n.ends_with(".deb")
-            })?
-            .context("apt-get download left no linux-source-7.2 package")?
+            find_file(&dl, is_deb)?
+                .with_context(|| format!("apt-get download left no {pkg} package"))?
         }
     };
-    // linux-source-7.2_7.2.13-1_all.deb -> 7.2.13
+    // linux-source-7.3_7.3.4-1~bpo13+1_all.deb -> 7.3.4
     let fname = deb
         .file_name()
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned();
     let version = fname
-        .trim_start_matches("linux-source-7.2_")
+        .trim_start_matches(&prefix)
         .split(['-', '_'])
         .next()
-        .unwrap_or("7.2")
+        .unwrap_or(KERNEL_SERIES)
         .to_string();
     let name = format!("linux-{version}");
     let tree = ctx.cache.join(&name);
@@ -574,21 +591,21 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     let _ = fs::remove_dir_all(&tree);
     run_step(
         ctx,
-        "dpkg -x linux-source-7.2",
+        &format!("dpkg -x {pkg}"),
         "setup-kernel",
         Command::new("dpkg").arg("-x").arg(&deb).arg(&x),
     )?;
     run_step(
         ctx,
-        "unpack linux-source-7.2.tar.xz (about 30 s)",
+        &format!("unpack {pkg}.tar.xz (about 30 s)"),
         "setup-kernel",
         Command::new("tar")
             .arg("xf")
-            .arg(x.join("usr/src/linux-source-7.2.tar.xz"))
+            .arg(x.join(format!("usr/src/{pkg}.tar.xz")))
             .arg("-C")
             .arg(&ctx.cache),
     )?;
-    fs::rename(ctx.cache.join("linux-source-7.2"), &tree)?;
+    fs::rename(ctx.cache.join(&pkg), &tree)?;
     let _ = fs::remove_dir_all(&x);
     // A git repository: the pristine tree, then one commit that drops Debian's top-level
     // ignore pattern (it hides new files of the series from git). The series applies on
