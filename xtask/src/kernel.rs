@@ -80,9 +80,10 @@ fn commit_patches_in(
         Ok(c)
     };
     output(git_ix()?.args(["read-tree", base]))?;
-    let mut parent = output(git(ctx)?.args(["rev-parse", "--verify", &format!("{base}^{{commit}}")]))?
-        .trim()
-        .to_string();
+    let mut parent =
+        output(git(ctx)?.args(["rev-parse", "--verify", &format!("{base}^{{commit}}")]))?
+            .trim()
+            .to_string();
     let mut commits = Vec::new();
     for (i, p) in patches.iter().enumerate() {
         let name = p.file.display();
@@ -111,15 +112,16 @@ fn commit_patches_in(
         if let Err(e) = output(git_ix()?.args(["apply", "--cached"]).arg(&diff_file)) {
             bail!(
                 "{name} does not apply to {base}{}: {e:#}",
-                if i > 0 { " + the patches before it" } else { "" }
+                if i > 0 {
+                    " + the patches before it"
+                } else {
+                    ""
+                }
             );
         }
         let tree = output(git_ix()?.arg("write-tree"))?.trim().to_string();
         let body = fs::read_to_string(&msg_file)?;
-        let msg = series::pipe(
-            git(ctx)?.arg("stripspace"),
-            &format!("{subject}\n\n{body}"),
-        )?;
+        let msg = series::pipe(git(ctx)?.arg("stripspace"), &format!("{subject}\n\n{body}"))?;
         let msg = series::add_trailers(&msg, p.trailers)?;
         let mut ct = git(ctx)?;
         ct.args(["commit-tree", &tree, "-p", &parent])
@@ -608,6 +610,110 @@ mod tests {
         // `printf 'CONFIG_PCI_P2PDMA=y\n' | sha256sum`
         assert!(d.ends_with(".config sha256 67df6ed8d708"), "{d}");
         assert!(describe(&bench, true).contains("the kernel tree as it was (--keep-tree)"));
+        fs::remove_dir_all(&cache).unwrap();
+    }
+
+    /// `commit_patches` gives what `git am` gives (tree, author, date, message), in a private
+    /// index: the tree's HEAD, index and files stay as they were.
+    #[test]
+    fn commits_patches_as_git_am_does_without_touching_the_tree() {
+        if std::env::var_os("P2PBUF_KSRC").is_some() {
+            return; // The kernel tree is named by the environment, not by the test's cache.
+        }
+        let cache = std::env::temp_dir().join(format!("p2pbuf-commit-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&cache);
+        let ctx = Ctx::new(Some(cache.clone()), false).unwrap();
+        let tree = cache.join("linux");
+        fs::create_dir_all(&tree).unwrap();
+        fs::write(cache.join("kernel-tree"), "linux\n").unwrap();
+        let g = |args: &[&str]| {
+            let mut c = Command::new("git");
+            c.current_dir(&tree).args([
+                "-c",
+                "user.name=Ann Author",
+                "-c",
+                "user.email=ann@kernel.org",
+            ]);
+            output(c.args(args)).unwrap()
+        };
+        g(&["init", "-q"]);
+        fs::write(tree.join("a.c"), "one\n").unwrap();
+        g(&["add", "a.c"]);
+        g(&["commit", "-q", "-m", "base"]);
+        g(&["tag", "p2pbuf-base"]);
+        fs::write(tree.join("a.c"), "two\n").unwrap();
+        g(&[
+            "commit",
+            "-q",
+            "-a",
+            "-m",
+            "a: two\n\nWhy.\n\nLink: https://l\n",
+        ]);
+        fs::write(tree.join("b.c"), "new\n").unwrap();
+        g(&["add", "b.c"]);
+        g(&["commit", "-q", "-m", "b: add"]);
+        let want = g(&["log", "--format=%T %an %ae %ad%n%B", "p2pbuf-base.."]);
+        let dir = cache.join("out");
+        g(&[
+            "format-patch",
+            "-q",
+            "-o",
+            dir.to_str().unwrap(),
+            "p2pbuf-base..",
+        ]);
+        g(&["reset", "-q", "--hard", "p2pbuf-base"]);
+        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let todo: Vec<ToCommit> = files
+            .iter()
+            .map(|f| ToCommit {
+                file: f,
+                trailers: &[],
+            })
+            .collect();
+        let commits = commit_patches(&ctx, "p2pbuf-base", &todo, None).unwrap();
+        assert_eq!(commits.len(), 2);
+        let tip = commits[1].as_str();
+        let got = g(&[
+            "log",
+            "--format=%T %an %ae %ad%n%B",
+            &format!("p2pbuf-base..{tip}"),
+        ]);
+        assert_eq!(got, want);
+        // Same patches, same base: the same commits.
+        assert_eq!(
+            commit_patches(&ctx, "p2pbuf-base", &todo, None).unwrap(),
+            commits
+        );
+        // The tree itself was not touched.
+        assert_eq!(g(&["rev-parse", "HEAD"]), g(&["rev-parse", "p2pbuf-base"]));
+        assert_eq!(fs::read_to_string(tree.join("a.c")).unwrap(), "one\n");
+        assert!(g(&["status", "--porcelain"]).is_empty());
+        // Trailers for the sender, after the patch's own.
+        let me = series::parse_ident("Jane Sender <jane@kernel.org>").unwrap();
+        let t = series::emit_trailers(true, &me);
+        let signed = [ToCommit {
+            file: &files[0],
+            trailers: &t,
+        }];
+        let c = commit_patches(&ctx, "p2pbuf-base", &signed, Some(&me)).unwrap();
+        assert_eq!(
+            g(&["log", "-1", "--format=%B%cn <%ce>|%an <%ae>", &c[0]]),
+            "a: two\n\nWhy.\n\nLink: https://l\nCc: stable@vger.kernel.org\nSigned-off-by: \
+             Jane Sender <jane@kernel.org>\nJane Sender <jane@kernel.org>|Ann Author \
+             <ann@kernel.org>\n"
+        );
+        // A patch that does not apply is named.
+        let second_alone = [ToCommit {
+            file: &files[0],
+            trailers: &[],
+        }];
+        let e = commit_patches(&ctx, &commits[0], &second_alone, None).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("0001-a-two.patch does not apply to"), "{e}");
         fs::remove_dir_all(&cache).unwrap();
     }
 

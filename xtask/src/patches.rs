@@ -63,8 +63,12 @@ fn signer(ctx: &Ctx, flag: Option<&str>) -> Result<Ident> {
 /// The subject of a stored patch, as `git am` takes it (`[PATCH ...]` stripped, decoded).
 fn stored_subject(ctx: &Ctx, file: &Path) -> Result<String> {
     let mail = fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let info = output(git(ctx)?.args(["mailinfo", "/dev/null", "/dev/null"]).stdin(mail))
-        .with_context(|| format!("{}: not a patch mail", file.display()))?;
+    let info = output(
+        git(ctx)?
+            .args(["mailinfo", "/dev/null", "/dev/null"])
+            .stdin(mail),
+    )
+    .with_context(|| format!("{}: not a patch mail", file.display()))?;
     info.lines()
         .find_map(|l| l.strip_prefix("Subject: "))
         .map(str::to_string)
@@ -86,10 +90,18 @@ struct BranchCommit {
 /// domain, as the lab's old `p2pbuf developers <dev@p2pbuf.invalid>`) becomes the exporter.
 fn export(ctx: &Ctx, all: &[Series], branch: &str, me: &Ident) -> Result<()> {
     let ksrc = ctx.ksrc()?;
-    if output(git(ctx)?.args(["rev-parse", "--verify", "--quiet", &format!("{branch}^{{commit}}")]))
-        .is_err()
+    if output(git(ctx)?.args([
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        &format!("{branch}^{{commit}}"),
+    ]))
+    .is_err()
     {
-        bail!("--update-from: no branch or commit `{branch}` in the kernel tree {}", ksrc.display());
+        bail!(
+            "--update-from: no branch or commit `{branch}` in the kernel tree {}",
+            ksrc.display()
+        );
     }
     if output(git(ctx)?.args(["merge-base", "--is-ancestor", BASE, branch])).is_err() {
         bail!("--update-from: {branch} does not descend from {BASE}: rebase it onto {BASE} first");
@@ -328,7 +340,8 @@ fn file_checks(ctx: &Ctx, rev: &str, tmp: &Path, c: &mut PatchCheck) -> Result<(
             };
             if now.len() > was {
                 c.kdoc_new += now.len() - was;
-                c.details.extend(now.iter().map(|l| format!("kernel-doc: {l}")));
+                c.details
+                    .extend(now.iter().map(|l| format!("kernel-doc: {l}")));
             }
         } else if path.ends_with(".rs") && !rustfmt_clean(&ksrc, &new)? {
             let was_clean = match &old {
@@ -371,10 +384,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         bail!("{} has no patches", s.dir.display());
     }
     let needs = series::needs(all, i);
-    let dep_files: Vec<PathBuf> = needs
-        .iter()
-        .flat_map(|&j| all[j].patches.clone())
-        .collect();
+    let dep_files: Vec<PathBuf> = needs.iter().flat_map(|&j| all[j].patches.clone()).collect();
     let deps: Vec<ToCommit> = dep_files
         .iter()
         .map(|f| ToCommit {
@@ -479,10 +489,13 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     }
     let _ = fs::remove_dir_all(&tmp);
     let authors = output(git(ctx)?.args(["log", "--format=%an <%ae>", &range]))?;
-    for a in authors.lines().filter(|a| *a != me.to_string()) {
+    let mut others: Vec<&str> = authors.lines().filter(|a| *a != me.to_string()).collect();
+    others.sort_unstable();
+    others.dedup();
+    for a in others {
         println!(
-            "    \x1b[33mwarning\x1b[0m: {}: a patch by {a}: it goes out with an in-body From: and \
-             needs {a}'s own Signed-off-by before it is sent",
+            "    \x1b[33mwarning\x1b[0m: {}: patches by {a} go out with an in-body From: and \
+             need {a}'s own Signed-off-by before they are sent",
             s.id()
         );
     }

@@ -110,7 +110,10 @@ pub fn parse_meta(text: &str) -> Result<Meta> {
 /// `<N>-<name>` into its parts (`N` a number, `name` not empty).
 pub fn parse_dir_name(s: &str) -> Option<(u32, &str)> {
     let (n, name) = s.split_once('-')?;
-    let num = n.parse().ok().filter(|_| n.bytes().all(|b| b.is_ascii_digit()))?;
+    let num = n
+        .parse()
+        .ok()
+        .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))?;
     (!name.is_empty()).then_some((num, name))
 }
 
@@ -260,13 +263,11 @@ pub fn split(
             for (k, (g, w)) in got.iter().zip(&stored[i]).enumerate() {
                 if g != w {
                     bail!(
-                        "{}: its patch {} is \"{w}\", but commit {} of the branch (the {}'s {}) \
-                         is \"{g}\". Reorder the branch, or if the series changed, set `patches \
-                         = N` in {}/series.toml",
+                        "{}: commit {} of the branch is \"{g}\", where the series' patch {} is \
+                         \"{w}\". Reorder the branch, or if the series changed, set `patches = \
+                         N` in {}/series.toml",
                         s.id(),
-                        k + 1,
                         r.start + k + 1,
-                        s.id(),
                         k + 1,
                         s.dir.display()
                     );
@@ -363,7 +364,9 @@ pub fn signer(flag: Option<&str>, name: Option<&str>, email: Option<&str>) -> Re
         (None, None) => {
             bail!("no identity to sign off with: git config user.name and user.email are unset; {IDENT_HELP}")
         }
-        (None, _) => bail!("no identity to sign off with: git config user.name is unset; {IDENT_HELP}"),
+        (None, _) => {
+            bail!("no identity to sign off with: git config user.name is unset; {IDENT_HELP}")
+        }
         (_, None) => {
             bail!("no identity to sign off with: git config user.email is unset; {IDENT_HELP}")
         }
@@ -580,7 +583,10 @@ mod tests {
             s(1, "a", &["b"], &[], None),
             s(2, "b", &[], &[], None),
         ]);
-        assert!(e.contains("1-a: depends on 2-b, which is sent after it"), "{e}");
+        assert!(
+            e.contains("1-a: depends on 2-b, which is sent after it"),
+            "{e}"
+        );
         let e = bad(vec![s(1, "a", &["zz"], &[], None)]);
         assert!(e.contains("`zz`, which is no series (known: a)"), "{e}");
         let e = bad(vec![s(1, "a", &["a"], &[], None)]);
@@ -597,8 +603,16 @@ mod tests {
         let _ = fs::remove_dir_all(&root);
         let top = root.join(SERIES_DIR);
         for (d, toml, files) in [
-            ("10-late", "tree = \"x\"\ndepends = [\"early\"]\n", &["0001-b.patch"][..]),
-            ("2-early", "tree = \"y\"\nstable = true\n", &["0002-z.patch", "0001-a.patch"][..]),
+            (
+                "10-late",
+                "tree = \"x\"\ndepends = [\"early\"]\n",
+                &["0001-b.patch"][..],
+            ),
+            (
+                "2-early",
+                "tree = \"y\"\nstable = true\n",
+                &["0002-z.patch", "0001-a.patch"][..],
+            ),
         ] {
             fs::create_dir_all(top.join(d)).unwrap();
             fs::write(top.join(d).join("series.toml"), toml).unwrap();
@@ -618,7 +632,11 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["2-early/0001-a.patch", "2-early/0002-z.patch", "10-late/0001-b.patch"]
+            [
+                "2-early/0001-a.patch",
+                "2-early/0002-z.patch",
+                "10-late/0001-b.patch"
+            ]
         );
         assert!(v[0].meta.stable && !v[1].meta.stable);
         // A stray name is refused, with what it should be.
@@ -658,7 +676,11 @@ mod tests {
             s(2, "p2p", &[], &["1"], None),
             s(3, "dmabuf", &["p2p"], &["1", "2"], None),
         ];
-        let stored = vec![strings(&["f1", "f2"]), strings(&["p1"]), strings(&["d1", "d2"])];
+        let stored = vec![
+            strings(&["f1", "f2"]),
+            strings(&["p1"]),
+            strings(&["d1", "d2"]),
+        ];
         assert_eq!(
             split(&v, &stored, &strings(&["f1", "f2", "p1", "d1", "d2"])).unwrap(),
             [0..2, 2..3, 3..5]
@@ -673,19 +695,30 @@ mod tests {
         // Same count but another order: the first disagreement is named.
         let e = split_err(&v, &stored, &["f1", "f2", "d1", "p1", "d2"]);
         assert!(
-            e.contains("2-p2p: its patch 1 is \"p1\", but commit 3 of the branch"),
+            e.contains(
+                "2-p2p: commit 3 of the branch is \"d1\", where the series' patch 1 is \"p1\""
+            ),
             "{e}"
         );
-        assert!(e.contains("is \"d1\""), "{e}");
         // With `patches = 2`, the p2p series may gain a patch...
         let mut v2 = v.clone();
         v2[1].meta.patches = Some(2);
         assert_eq!(
-            split(&v2, &stored, &strings(&["f1", "f2", "p0", "p1", "d1", "d2"])).unwrap(),
+            split(
+                &v2,
+                &stored,
+                &strings(&["f1", "f2", "p0", "p1", "d1", "d2"])
+            )
+            .unwrap(),
             [0..2, 2..4, 4..6]
         );
         // ... and its patch may be reworded, but never take another series' patch.
-        assert!(split(&v2, &stored, &strings(&["f1", "f2", "p0", "p1b", "d1", "d2"])).is_ok());
+        assert!(split(
+            &v2,
+            &stored,
+            &strings(&["f1", "f2", "p0", "p1b", "d1", "d2"])
+        )
+        .is_ok());
         let mut v3 = v.clone();
         v3[0].meta.patches = Some(3);
         v3[1].meta.patches = Some(0);
@@ -716,8 +749,9 @@ mod tests {
         assert_eq!(got.to_string(), "A B <a@b.org>");
         let got = signer(None, Some("C D"), Some("c@d.org")).unwrap();
         assert_eq!(got.to_string(), "C D <c@d.org>");
-        assert!(format!("{:#}", signer(Some("nobody"), None, None).unwrap_err())
-            .contains("--signoff"));
+        assert!(
+            format!("{:#}", signer(Some("nobody"), None, None).unwrap_err()).contains("--signoff")
+        );
         // Without any, a refusal that says what to set.
         for (n, e, what) in [
             (None, None, "user.name and user.email are unset"),
@@ -760,7 +794,8 @@ mod tests {
     fn trailers_go_after_the_existing_ones_once() {
         let me = parse_ident("Jane Doe <jane@kernel.org>").unwrap();
         let t = emit_trailers(true, &me);
-        let msg = "dma-buf: fix\n\nBody.\n\nFixes: 0123456789ab (\"dma-buf: x\")\nLink: https://l\n";
+        let msg =
+            "dma-buf: fix\n\nBody.\n\nFixes: 0123456789ab (\"dma-buf: x\")\nLink: https://l\n";
         let out = add_trailers(msg, &t).unwrap();
         assert_eq!(
             out,
@@ -774,7 +809,10 @@ mod tests {
             "sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\n"
         );
         // The sender's sign-off already there is not repeated (the stable Cc still comes).
-        let out = add_trailers("sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\n", &t);
+        let out = add_trailers(
+            "sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\n",
+            &t,
+        );
         assert_eq!(
             out.unwrap(),
             "sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\nCc: stable@vger.kernel.org\n"
@@ -810,6 +848,8 @@ mod tests {
             "Warning: drivers/dma-buf/dma-buf-mapping.c:104 No description found"
         ));
         assert!(is_kernel_doc_warning("x.c:3: warning: Function parameter"));
-        assert!(!is_kernel_doc_warning("drivers/x.c: no structured comments"));
+        assert!(!is_kernel_doc_warning(
+            "drivers/x.c: no structured comments"
+        ));
     }
 }
