@@ -327,7 +327,8 @@ fn file_checks(ctx: &Ctx, rev: &str, tmp: &Path, c: &mut PatchCheck) -> Result<(
         rev,
     ]))?;
     let (after, before) = (tmp.join("after"), tmp.join("before"));
-    for path in files.lines().filter(|p| !p.is_empty()) {
+    let checked = |p: &&str| [".c", ".h", ".rs"].iter().any(|e| p.ends_with(e));
+    for path in files.lines().filter(checked) {
         let Some(new) = file_at(ctx, rev, path, &after)? else {
             continue;
         };
