@@ -132,9 +132,10 @@ impl Provider {
         if length > self.bar_size {
             dev_info!(
                 &*self.pdev,
-                "p2pbuf: cannot allocate {} MiB from BAR{} of {} MiB: ask for at most the BAR's size (PROVIDER_INFO), or give the device a larger BAR (lab: cargo xtask --gpu-mem-mib)\n",
-                length >> 20,
+                "p2pbuf: cannot allocate {} bytes from BAR{} of {} bytes ({} MiB): ask for at most the BAR's size (PROVIDER_INFO), or give the device a larger BAR (lab: cargo xtask --gpu-mem-mib)\n",
+                length,
                 self.bar,
+                self.bar_size,
                 self.bar_size >> 20
             );
             return Err(EINVAL);
