@@ -8,7 +8,7 @@
 //! p2pbuf-fabric reg   --addr 10.0.3.1 --size 1M --fd closed     # negative cases
 //! ```
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
 #[cfg(not(p2pbuf_fabric))]
 fn run(_: Cli) -> Result<bool> {
     anyhow::bail!(
-        "p2pbuf-fabric was built without libfabric: {}",
+        "p2pbuf-fabric was built without libfabric ({})",
         p2pbuf_fabric::bindings()
     )
 }
@@ -204,6 +204,7 @@ fn run(cli: Cli) -> Result<bool> {
 
 #[cfg(p2pbuf_fabric)]
 fn client(op: p2pbuf_fabric::proto::Op, a: ClientArgs) -> Result<bool> {
+    use anyhow::Context;
     use p2pbuf_fabric::proto::Request;
     use p2pbuf_fabric::session;
     use std::time::Duration;

@@ -9,7 +9,7 @@
 //! `DMA_BUF_IOCTL_SYNC`), compares it with the seed's lab pattern, and answers with a
 //! [`Verdict`].
 
-use crate::fi::{access, Domain, Ep, Eq, Fabric, Info, FI_CONNECTED, FI_CONNREQ};
+use crate::fi::{access, Domain, Ep, Eq, Fabric, Info, FI_CONNECTED, FI_CONNREQ, FI_SHUTDOWN};
 use crate::proto::{Op, Region, Request, Verdict};
 use crate::{ffi, Error, Result};
 use p2pbuf::{Access, DmaBuf};
@@ -129,7 +129,19 @@ fn serve_one(
     map: &p2pbuf::CpuMapping<'_>,
     timeout: Duration,
 ) -> Result<Served> {
-    let req_ev = eq.expect(FI_CONNREQ, "waiting for a connection request", timeout)?;
+    // A previous client's FI_SHUTDOWN may come late: skip it.
+    let req_ev = loop {
+        let e = eq.wait("waiting for a connection request", timeout)?;
+        match e.event {
+            FI_CONNREQ => break e,
+            FI_SHUTDOWN => continue,
+            other => {
+                return Err(Error::Protocol(format!(
+                    "event {other} while waiting for a connection request"
+                )))
+            }
+        }
+    };
     let request = Request::decode(&req_ev.data)?;
     let info = req_ev
         .info
