@@ -14,6 +14,7 @@ mod modules;
 mod nodes;
 mod patches;
 mod rdma;
+mod series;
 mod setup;
 mod util;
 mod vm;
@@ -45,7 +46,7 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct BuildOpts {
-    /// Build the kernel tree as it is (a developer's branch) instead of applying linux/patches.
+    /// Build the kernel tree as it is (a developer's branch) instead of applying linux/series.
     #[arg(long, env = "P2PBUF_KEEP_TREE")]
     keep_tree: bool,
     /// Use the kernel already built in the cache, without running make on it (while someone
@@ -95,7 +96,7 @@ impl VmOpts {
 enum Cmd {
     /// Install what is missing: Debian packages, rust-src, bindgen, libclang, Linux 7.2 source.
     Setup,
-    /// Apply linux/patches to the pristine tree, configure, build bzImage and modules.
+    /// Apply linux/series to the pristine tree, configure, build bzImage and modules.
     Kernel(BuildOpts),
     /// Build exporter-kmod/ and importer/ against the kernel.
     Modules {
@@ -167,17 +168,23 @@ enum Cmd {
         #[arg(long)]
         from_raw: Option<PathBuf>,
     },
-    /// The kernel series as format-patch files with a cover letter, checkpatch --strict.
+    /// Each series of linux/series as format-patch files with a cover letter, signed off by
+    /// you, To/Cc from get_maintainer.pl; checkpatch --strict, kernel-doc, rustfmt.
     Patches {
-        /// Where to write the series.
+        /// Where to write the series (one directory per series).
         #[arg(long, default_value = "target/patches")]
         out: PathBuf,
-        /// First export this kernel-tree branch (e.g. p2pbuf) into linux/patches.
+        /// First export this kernel-tree branch (commits from p2pbuf-base, e.g. p2pbuf) into
+        /// the series directories of linux/series.
         #[arg(long)]
         update_from: Option<String>,
-        /// Apply each patch with git am to a pristine worktree and build after each one.
+        /// For each series, git am its dependencies, then each of its patches onto a pristine
+        /// worktree and build after each one.
         #[arg(long)]
         build_each: bool,
+        /// Sign off as "Name <mail>" instead of git config user.name/user.email.
+        #[arg(long)]
+        signoff: Option<String>,
     },
     /// The main job: boot the lab and walk through the stack, explaining each step.
     Run {
@@ -515,6 +522,7 @@ fn real_main(cli: Cli) -> Result<()> {
             out,
             update_from,
             build_each,
+            signoff,
         } => {
             let out = if out.is_absolute() {
                 out
@@ -527,6 +535,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     out,
                     update_from,
                     build_each,
+                    signoff,
                 },
                 lock.take(),
             )

@@ -1,0 +1,855 @@
+//! The kernel series as they are stored and sent: one directory per series under
+//! `linux/series/`, in sending order, and the pure logic around them (order and dependencies,
+//! splitting a kernel branch back into series, identities, trailers, `get_maintainer.pl`).
+//!
+//! A series directory is named `<N>-<name>` (`N` its place in the sending order) and holds:
+//! - `series.toml`: `tree` (where it goes, free text), `depends` (names of earlier series it
+//!   needs to apply or build), `stable` (add `Cc: stable@vger.kernel.org` to every patch),
+//!   optionally `prefix` (the subject prefix, `PATCH` unless set, e.g. `RFC PATCH`) and
+//!   `patches` (how many commits of a branch `--update-from` gives it, when that is not the
+//!   number of patch files it holds, i.e. when a series gains or loses patches);
+//! - `cover-letter.txt`: the cover letter's subject on the first line, a blank line, the body;
+//! - its patches, `git format-patch` files without any `Signed-off-by:` (the person who
+//!   emits the series adds theirs).
+
+use anyhow::{bail, Context, Result};
+use std::fs;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Where the series live, relative to the repository root.
+pub const SERIES_DIR: &str = "linux/series";
+
+/// The keys `series.toml` may have: anything else is a typo and refused.
+const KEYS: [&str; 5] = ["tree", "depends", "stable", "prefix", "patches"];
+
+/// What `series.toml` says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Meta {
+    pub tree: String,
+    pub depends: Vec<String>,
+    pub stable: bool,
+    pub prefix: Option<String>,
+    pub patches: Option<usize>,
+}
+
+/// One series: its directory, its metadata and its stored patch files (sorted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Series {
+    pub num: u32,
+    pub name: String,
+    pub dir: PathBuf,
+    pub meta: Meta,
+    pub patches: Vec<PathBuf>,
+}
+
+impl Series {
+    /// The directory's name, `<N>-<name>`: how the series is named in messages and in the
+    /// output directory.
+    pub fn id(&self) -> String {
+        format!("{}-{}", self.num, self.name)
+    }
+    /// How many commits of a branch belong to it: `patches` of `series.toml` if set, else
+    /// the number of stored patch files.
+    pub fn count(&self) -> usize {
+        self.meta.patches.unwrap_or(self.patches.len())
+    }
+    /// The subject prefix of its emails.
+    pub fn prefix(&self) -> &str {
+        self.meta.prefix.as_deref().unwrap_or("PATCH")
+    }
+}
+
+/// Parses `series.toml`.
+pub fn parse_meta(text: &str) -> Result<Meta> {
+    let t: toml::Table = text.parse().context("not valid TOML")?;
+    if let Some(k) = t.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        bail!("unknown key `{k}` (known: {})", KEYS.join(", "));
+    }
+    let tree = match t.get("tree") {
+        Some(toml::Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(_) => bail!("`tree` must be a non-empty string"),
+        None => bail!("`tree` is missing (the tree and list the series is meant for)"),
+    };
+    let depends = match t.get("depends") {
+        None => vec![],
+        Some(toml::Value::Array(a)) => a
+            .iter()
+            .map(|v| match v {
+                toml::Value::String(s) => Ok(s.clone()),
+                _ => bail!("`depends` must be an array of series names (strings)"),
+            })
+            .collect::<Result<_>>()?,
+        Some(_) => bail!("`depends` must be an array of series names, e.g. [\"rust-mm\"]"),
+    };
+    let stable = match t.get("stable") {
+        None => false,
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(_) => bail!("`stable` must be true or false"),
+    };
+    let prefix = match t.get("prefix") {
+        None => None,
+        Some(toml::Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        Some(_) => bail!("`prefix` must be a non-empty string, e.g. \"RFC PATCH\""),
+    };
+    let patches = match t.get("patches") {
+        None => None,
+        Some(toml::Value::Integer(n)) if *n >= 0 => Some(*n as usize),
+        Some(_) => bail!("`patches` must be a number of patches (0 or more)"),
+    };
+    Ok(Meta {
+        tree,
+        depends,
+        stable,
+        prefix,
+        patches,
+    })
+}
+
+/// `<N>-<name>` into its parts (`N` a number, `name` not empty).
+pub fn parse_dir_name(s: &str) -> Option<(u32, &str)> {
+    let (n, name) = s.split_once('-')?;
+    let num = n
+        .parse()
+        .ok()
+        .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))?;
+    (!name.is_empty()).then_some((num, name))
+}
+
+/// The cover letter text: subject (first line), then the body after a blank line.
+pub fn parse_cover(text: &str) -> Result<(String, String)> {
+    let (subject, rest) = text.split_once('\n').unwrap_or((text, ""));
+    let subject = subject.trim();
+    if subject.is_empty() {
+        bail!("the first line (the cover letter's subject) is empty");
+    }
+    if !rest.starts_with('\n') && !rest.trim().is_empty() {
+        bail!("the subject must be followed by a blank line, then the body");
+    }
+    Ok((subject.to_string(), rest.trim().to_string()))
+}
+
+/// Reads every series under `root/linux/series`, in sending order, and checks them.
+pub fn load(root: &Path) -> Result<Vec<Series>> {
+    let top = root.join(SERIES_DIR);
+    let rd = fs::read_dir(&top).with_context(|| format!("cannot read {}", top.display()))?;
+    let mut v = Vec::new();
+    for e in rd {
+        let dir = e?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let fname = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Some((num, name)) = parse_dir_name(&fname) else {
+            bail!(
+                "{}: a series directory is named <N>-<name> (N its place in the sending order)",
+                dir.display()
+            );
+        };
+        let toml_path = dir.join("series.toml");
+        let text = fs::read_to_string(&toml_path)
+            .with_context(|| format!("cannot read {}", toml_path.display()))?;
+        let meta = parse_meta(&text).with_context(|| format!("{}", toml_path.display()))?;
+        let mut patches: Vec<PathBuf> = fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "patch"))
+            .collect();
+        patches.sort();
+        v.push(Series {
+            num,
+            name: name.to_string(),
+            dir,
+            meta,
+            patches,
+        });
+    }
+    v.sort_by_key(|s| s.num);
+    check(&v)?;
+    Ok(v)
+}
+
+/// Sending order and dependencies make sense: numbers and names unique, each dependency an
+/// earlier series.
+pub fn check(series: &[Series]) -> Result<()> {
+    for (i, s) in series.iter().enumerate() {
+        if let Some(o) = series[..i].iter().find(|o| o.num == s.num) {
+            bail!("{} and {} have the same number", o.id(), s.id());
+        }
+        if let Some(o) = series[..i].iter().find(|o| o.name == s.name) {
+            bail!("{} and {} have the same name", o.id(), s.id());
+        }
+        for d in &s.meta.depends {
+            match series.iter().position(|o| &o.name == d) {
+                Some(j) if j < i => {}
+                Some(j) if j == i => bail!("{}: depends on itself", s.id()),
+                Some(j) => bail!(
+                    "{}: depends on {}, which is sent after it: renumber the directories so that a \
+                     series comes after what it depends on",
+                    s.id(),
+                    series[j].id()
+                ),
+                None => bail!(
+                    "{}: depends on `{d}`, which is no series (known: {})",
+                    s.id(),
+                    series
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The series that series `i` needs under it, directly or through another, in sending order
+/// (indices into `series`, `i` not included).
+pub fn needs(series: &[Series], i: usize) -> Vec<usize> {
+    let mut want = vec![false; series.len()];
+    let mut stack = vec![i];
+    while let Some(k) = stack.pop() {
+        for d in &series[k].meta.depends {
+            if let Some(j) = series.iter().position(|o| &o.name == d) {
+                if !want[j] {
+                    want[j] = true;
+                    stack.push(j);
+                }
+            }
+        }
+    }
+    (0..series.len()).filter(|&j| want[j] && j != i).collect()
+}
+
+/// Every stored patch, series after series: what the lab kernel applies.
+pub fn all_patches(series: &[Series]) -> Vec<PathBuf> {
+    series.iter().flat_map(|s| s.patches.clone()).collect()
+}
+
+/// Splits the subjects of a branch's commits (oldest first) into the series: each series takes
+/// [`Series::count`] commits, in order. `stored[i]` are the subjects of series `i`'s stored
+/// patches. A series whose count is its number of files must have the same subjects in the
+/// same order; one with `patches = N` may differ (patches added, dropped, reworded), but no
+/// commit of its range may carry the subject of another series' patch.
+pub fn split(
+    series: &[Series],
+    stored: &[Vec<String>],
+    subjects: &[String],
+) -> Result<Vec<Range<usize>>> {
+    let want: usize = series.iter().map(Series::count).sum();
+    if want != subjects.len() {
+        bail!(
+            "the branch has {} commit(s) after p2pbuf-base, the series expect {want} ({}). If a \
+             series gained or lost patches, set `patches = N` in its series.toml",
+            subjects.len(),
+            series
+                .iter()
+                .map(|s| format!("{}: {}", s.id(), s.count()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut ranges = Vec::new();
+    let mut at = 0;
+    for (i, s) in series.iter().enumerate() {
+        let r = at..at + s.count();
+        at = r.end;
+        let got = &subjects[r.clone()];
+        if s.meta.patches.is_none() {
+            for (k, (g, w)) in got.iter().zip(&stored[i]).enumerate() {
+                if g != w {
+                    bail!(
+                        "{}: commit {} of the branch is \"{g}\", where the series' patch {} is \
+                         \"{w}\". Reorder the branch, or if the series changed, set `patches = \
+                         N` in {}/series.toml",
+                        s.id(),
+                        r.start + k + 1,
+                        k + 1,
+                        s.dir.display()
+                    );
+                }
+            }
+        }
+        for (k, g) in got.iter().enumerate() {
+            if let Some(j) = (0..series.len()).find(|&j| j != i && stored[j].contains(g)) {
+                bail!(
+                    "commit {} of the branch, \"{g}\", is a patch of {} but falls in {}'s \
+                     commits: check the `patches` counts in their series.toml",
+                    r.start + k + 1,
+                    series[j].id(),
+                    s.id()
+                );
+            }
+        }
+        ranges.push(r);
+    }
+    Ok(ranges)
+}
+
+/// A person, as in `Name <mail>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    pub name: String,
+    pub email: String,
+}
+
+impl std::fmt::Display for Ident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} <{}>", self.name, self.email)
+    }
+}
+
+impl Ident {
+    /// The address is in a domain reserved for examples and tests (RFC 2606, RFC 6761):
+    /// nobody can be reached there, so a sign-off with it certifies nothing.
+    pub fn is_placeholder(&self) -> bool {
+        let domain = self
+            .email
+            .rsplit_once('@')
+            .map(|(_, d)| d.to_ascii_lowercase())
+            .unwrap_or_default();
+        let domain = domain.trim_end_matches('.');
+        ["invalid", "example", "test", "localhost"]
+            .iter()
+            .any(|tld| domain == *tld || domain.ends_with(&format!(".{tld}")))
+            || ["example.com", "example.net", "example.org"]
+                .iter()
+                .any(|d| domain == *d || domain.ends_with(&format!(".{d}")))
+    }
+}
+
+const IDENT_HELP: &str = "set yours in the p2pbuf checkout (`git config user.name \"Your Name\"` \
+     and `git config user.email you@example.org`) or pass `--signoff \"Your Name \
+     <you@example.org>\"`: the Signed-off-by certifies the Developer's Certificate of Origin \
+     (Documentation/process/submitting-patches.rst) and must be the sender's own";
+
+/// `Name <mail>` (as `--signoff` takes it).
+pub fn parse_ident(s: &str) -> Result<Ident> {
+    let s = s.trim();
+    let ok = (|| {
+        let (name, rest) = s.split_once('<')?;
+        let email = rest.strip_suffix('>')?.trim();
+        let name = name.trim();
+        let (local, domain) = email.split_once('@')?;
+        let bad = |t: &str| t.contains(['<', '>', '\n', '\r']);
+        (!name.is_empty()
+            && !local.is_empty()
+            && domain.contains('.')
+            && !email.contains(char::is_whitespace)
+            && !bad(name)
+            && !bad(email))
+        .then(|| Ident {
+            name: name.to_string(),
+            email: email.to_string(),
+        })
+    })();
+    ok.with_context(|| format!("`{s}` is not `Name <mail@domain>`"))
+}
+
+/// The identity that signs off: `--signoff` if given, else `git config user.name` and
+/// `user.email` (`None` where unset). Refuses, saying what to set, when there is none.
+pub fn signer(flag: Option<&str>, name: Option<&str>, email: Option<&str>) -> Result<Ident> {
+    if let Some(f) = flag {
+        return parse_ident(f).context("--signoff");
+    }
+    let name = name.map(str::trim).filter(|n| !n.is_empty());
+    let email = email.map(str::trim).filter(|e| !e.is_empty());
+    match (name, email) {
+        (Some(n), Some(e)) => parse_ident(&format!("{n} <{e}>"))
+            .with_context(|| format!("git config user.name/user.email: {IDENT_HELP}")),
+        (None, None) => {
+            bail!("no identity to sign off with: git config user.name and user.email are unset; {IDENT_HELP}")
+        }
+        (None, _) => {
+            bail!("no identity to sign off with: git config user.name is unset; {IDENT_HELP}")
+        }
+        (_, None) => {
+            bail!("no identity to sign off with: git config user.email is unset; {IDENT_HELP}")
+        }
+    }
+}
+
+/// A commit message without its `Signed-off-by:` lines: those of its trailer block (the last
+/// paragraph), which is dropped if nothing else is left in it. Other text is kept as it is.
+pub fn strip_signoffs(msg: &str) -> String {
+    let lines: Vec<&str> = msg.trim_end().lines().collect();
+    let start = lines
+        .iter()
+        .rposition(|l| l.trim().is_empty())
+        .map_or(lines.len(), |p| p + 1);
+    // A one-paragraph message has no trailer block (the subject is not one).
+    if start == 0 || start >= lines.len() {
+        return format!("{}\n", lines.join("\n"));
+    }
+    let mut kept: Vec<&str> = lines[..start].to_vec();
+    let trailers: Vec<&str> = lines[start..]
+        .iter()
+        .copied()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("signed-off-by:"))
+        .collect();
+    if trailers.is_empty() {
+        while kept.last().is_some_and(|l| l.trim().is_empty()) {
+            kept.pop();
+        }
+    }
+    kept.extend(trailers);
+    format!("{}\n", kept.join("\n"))
+}
+
+/// The trailers an emitted patch gets: `Cc: stable` where the series says so, then the
+/// sender's sign-off.
+pub fn emit_trailers(stable: bool, signer: &Ident) -> Vec<String> {
+    let mut v = Vec::new();
+    if stable {
+        v.push("Cc: stable@vger.kernel.org".to_string());
+    }
+    v.push(format!("Signed-off-by: {signer}"));
+    v
+}
+
+/// `msg` with `trailers` appended after its existing trailers by `git interpret-trailers`,
+/// each only if the message does not already carry it (so never a second identical
+/// `Signed-off-by:`).
+pub fn add_trailers(msg: &str, trailers: &[String]) -> Result<String> {
+    if trailers.is_empty() {
+        return Ok(msg.to_string());
+    }
+    let mut c = Command::new("git");
+    // On the command line they override any trailer.* configuration of the user.
+    c.args([
+        "interpret-trailers",
+        "--where",
+        "end",
+        "--if-exists",
+        "addIfDifferent",
+    ]);
+    for t in trailers {
+        c.arg("--trailer").arg(t);
+    }
+    pipe(&mut c, msg).context("git interpret-trailers")
+}
+
+/// Runs `c` with `input` on its stdin; its stdout, or an error with its stderr.
+pub fn pipe(c: &mut Command, input: &str) -> Result<String> {
+    use std::io::Write;
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", c.get_program()))?;
+    let mut stdin = child.stdin.take().context("no stdin")?;
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output()?;
+    let _ = writer.join();
+    if !out.status.success() {
+        bail!(
+            "{:?} failed ({}): {}",
+            c,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Who gets a series: `to` the people (maintainers, reviewers), `cc` the lists.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recipients {
+    pub to: Vec<String>,
+    pub cc: Vec<String>,
+}
+
+/// Parses `get_maintainer.pl --no-rolestats` output: one `Name <mail>` (a person) or bare
+/// `mail` (a list) per line; duplicates dropped, order kept.
+pub fn parse_get_maintainer(out: &str) -> Recipients {
+    let mut r = Recipients::default();
+    for l in out.lines().map(str::trim).filter(|l| l.contains('@')) {
+        let (list, addr) = if l.contains('<') {
+            (&mut r.to, l.to_string())
+        } else {
+            (&mut r.cc, l.to_string())
+        };
+        if !list.contains(&addr) {
+            list.push(addr);
+        }
+    }
+    r
+}
+
+/// A warning line of `scripts/kernel-doc` (`Warning: file:line ...`, `warning: ...`).
+pub fn is_kernel_doc_warning(l: &str) -> bool {
+    let l = l.trim_start().to_ascii_lowercase();
+    l.starts_with("warning:")
+        || l.starts_with("error:")
+        || l.contains(": warning:")
+        || l.contains(": error:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(num: u32, name: &str, depends: &[&str], files: &[&str], count: Option<usize>) -> Series {
+        Series {
+            num,
+            name: name.into(),
+            dir: PathBuf::from(format!("linux/series/{num}-{name}")),
+            meta: Meta {
+                tree: "t".into(),
+                depends: depends.iter().map(|d| d.to_string()).collect(),
+                patches: count,
+                ..Meta::default()
+            },
+            patches: files.iter().map(PathBuf::from).collect(),
+        }
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_series_toml() {
+        let m = parse_meta(
+            "# where\ntree = \"drm-misc\"\ndepends = [\"a\", \"b\"]\nstable = true\nprefix = \"RFC PATCH\"\npatches = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            Meta {
+                tree: "drm-misc".into(),
+                depends: strings(&["a", "b"]),
+                stable: true,
+                prefix: Some("RFC PATCH".into()),
+                patches: Some(3),
+            }
+        );
+        let m = parse_meta("tree = \"pci\"\n").unwrap();
+        assert_eq!((m.depends.len(), m.stable, m.patches), (0, false, None));
+        for (text, why) in [
+            ("depends = []\n", "`tree` is missing"),
+            ("tree = \"x\"\nstabel = true\n", "unknown key `stabel`"),
+            ("tree = \"x\"\ndepends = \"a\"\n", "array of series names"),
+            ("tree = \"x\"\ndepends = [1]\n", "array of series names"),
+            ("tree = \"x\"\nstable = \"yes\"\n", "true or false"),
+            ("tree = \"x\"\npatches = -1\n", "number of patches"),
+            ("tree = ", "not valid TOML"),
+        ] {
+            let e = format!("{:#}", parse_meta(text).unwrap_err());
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn names_and_cover_letters() {
+        assert_eq!(parse_dir_name("4-rust-dma-buf"), Some((4, "rust-dma-buf")));
+        assert_eq!(parse_dir_name("10-x"), Some((10, "x")));
+        for bad in ["rust", "x-rust", "4-", "+4-a", "-a"] {
+            assert_eq!(parse_dir_name(bad), None, "{bad}");
+        }
+        assert_eq!(
+            parse_cover("dma-buf: fixes\n\nBody\nmore.\n").unwrap(),
+            ("dma-buf: fixes".into(), "Body\nmore.".into())
+        );
+        assert_eq!(
+            parse_cover("only a subject\n").unwrap(),
+            ("only a subject".into(), "".into())
+        );
+        assert!(parse_cover("\nbody").is_err());
+        assert!(parse_cover("subject\nbody right after").is_err());
+    }
+
+    #[test]
+    fn order_and_dependencies() {
+        let v = vec![
+            s(1, "fixes", &[], &[], None),
+            s(2, "p2p", &[], &[], None),
+            s(3, "mm", &[], &[], None),
+            s(4, "dmabuf", &["p2p", "mm"], &[], None),
+            s(5, "user", &["dmabuf"], &[], None),
+        ];
+        check(&v).unwrap();
+        assert_eq!(needs(&v, 4), [1, 2, 3]);
+        assert_eq!(needs(&v, 3), [1, 2]);
+        assert!(needs(&v, 0).is_empty());
+        let bad = |v: Vec<Series>| check(&v).unwrap_err().to_string();
+        let e = bad(vec![
+            s(1, "a", &["b"], &[], None),
+            s(2, "b", &[], &[], None),
+        ]);
+        assert!(
+            e.contains("1-a: depends on 2-b, which is sent after it"),
+            "{e}"
+        );
+        let e = bad(vec![s(1, "a", &["zz"], &[], None)]);
+        assert!(e.contains("`zz`, which is no series (known: a)"), "{e}");
+        let e = bad(vec![s(1, "a", &["a"], &[], None)]);
+        assert!(e.contains("depends on itself"), "{e}");
+        let e = bad(vec![s(1, "a", &[], &[], None), s(1, "b", &[], &[], None)]);
+        assert!(e.contains("same number"), "{e}");
+        let e = bad(vec![s(1, "a", &[], &[], None), s(2, "a", &[], &[], None)]);
+        assert!(e.contains("same name"), "{e}");
+    }
+
+    #[test]
+    fn loads_series_directories_in_sending_order() {
+        let root = std::env::temp_dir().join(format!("p2pbuf-series-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let top = root.join(SERIES_DIR);
+        for (d, toml, files) in [
+            (
+                "10-late",
+                "tree = \"x\"\ndepends = [\"early\"]\n",
+                &["0001-b.patch"][..],
+            ),
+            (
+                "2-early",
+                "tree = \"y\"\nstable = true\n",
+                &["0002-z.patch", "0001-a.patch"][..],
+            ),
+        ] {
+            fs::create_dir_all(top.join(d)).unwrap();
+            fs::write(top.join(d).join("series.toml"), toml).unwrap();
+            fs::write(top.join(d).join("cover-letter.txt"), "s\n\nb\n").unwrap();
+            for f in files {
+                fs::write(top.join(d).join(f), "").unwrap();
+            }
+        }
+        let v = load(&root).unwrap();
+        assert_eq!(
+            v.iter().map(Series::id).collect::<Vec<_>>(),
+            ["2-early", "10-late"]
+        );
+        let names: Vec<String> = all_patches(&v)
+            .iter()
+            .map(|p| p.strip_prefix(&top).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "2-early/0001-a.patch",
+                "2-early/0002-z.patch",
+                "10-late/0001-b.patch"
+            ]
+        );
+        assert!(v[0].meta.stable && !v[1].meta.stable);
+        // A stray name is refused, with what it should be.
+        fs::create_dir_all(top.join("misc")).unwrap();
+        let e = load(&root).unwrap_err().to_string();
+        assert!(e.contains("named <N>-<name>"), "{e}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_repository_series_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let v = load(&root).unwrap();
+        assert!(!v.is_empty());
+        for s in &v {
+            let text = fs::read_to_string(s.dir.join("cover-letter.txt")).unwrap();
+            parse_cover(&text).unwrap();
+            assert!(!s.patches.is_empty(), "{}", s.id());
+            // No made-up identity and no sign-off is stored: the sender adds theirs.
+            for p in &s.patches {
+                let t = fs::read_to_string(p).unwrap();
+                let msg = t.split("\n---\n").next().unwrap();
+                assert!(!msg.contains("Signed-off-by:"), "{}", p.display());
+                assert!(!t.contains("p2pbuf.invalid"), "{}", p.display());
+            }
+        }
+    }
+
+    fn split_err(v: &[Series], stored: &[Vec<String>], got: &[&str]) -> String {
+        format!("{:#}", split(v, stored, &strings(got)).unwrap_err())
+    }
+
+    #[test]
+    fn splits_a_branch_into_the_series() {
+        let v = vec![
+            s(1, "fixes", &[], &["1", "2"], None),
+            s(2, "p2p", &[], &["1"], None),
+            s(3, "dmabuf", &["p2p"], &["1", "2"], None),
+        ];
+        let stored = vec![
+            strings(&["f1", "f2"]),
+            strings(&["p1"]),
+            strings(&["d1", "d2"]),
+        ];
+        assert_eq!(
+            split(&v, &stored, &strings(&["f1", "f2", "p1", "d1", "d2"])).unwrap(),
+            [0..2, 2..3, 3..5]
+        );
+        // A commit too many (a new patch) without `patches = N`: counted, and said how to fix.
+        let e = split_err(&v, &stored, &["f1", "f2", "p0", "p1", "d1", "d2"]);
+        assert!(
+            e.contains("has 6 commit(s) after p2pbuf-base, the series expect 5 (1-fixes: 2, 2-p2p: 1, 3-dmabuf: 2)"),
+            "{e}"
+        );
+        assert!(e.contains("set `patches = N`"), "{e}");
+        // Same count but another order: the first disagreement is named.
+        let e = split_err(&v, &stored, &["f1", "f2", "d1", "p1", "d2"]);
+        assert!(
+            e.contains(
+                "2-p2p: commit 3 of the branch is \"d1\", where the series' patch 1 is \"p1\""
+            ),
+            "{e}"
+        );
+        // With `patches = 2`, the p2p series may gain a patch...
+        let mut v2 = v.clone();
+        v2[1].meta.patches = Some(2);
+        assert_eq!(
+            split(
+                &v2,
+                &stored,
+                &strings(&["f1", "f2", "p0", "p1", "d1", "d2"])
+            )
+            .unwrap(),
+            [0..2, 2..4, 4..6]
+        );
+        // ... and its patch may be reworded, but never take another series' patch.
+        assert!(split(
+            &v2,
+            &stored,
+            &strings(&["f1", "f2", "p0", "p1b", "d1", "d2"])
+        )
+        .is_ok());
+        let mut v3 = v.clone();
+        v3[0].meta.patches = Some(3);
+        v3[1].meta.patches = Some(0);
+        let e = split_err(&v3, &stored, &["f1", "f2", "p1", "d1", "d2"]);
+        assert!(
+            e.contains("commit 3 of the branch, \"p1\", is a patch of 2-p2p but falls in 1-fixes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn identities_and_refusal() {
+        let me = parse_ident(" Jane Doe <jane@kernel.org> ").unwrap();
+        assert_eq!(me.to_string(), "Jane Doe <jane@kernel.org>");
+        assert!(!me.is_placeholder());
+        for bad in [
+            "Jane Doe",
+            "<jane@kernel.org>",
+            "Jane <jane>",
+            "Jane <jane@localhost>",
+            "Jane <ja ne@kernel.org>",
+            "Jane <jane@kernel.org",
+        ] {
+            assert!(parse_ident(bad).is_err(), "{bad}");
+        }
+        // The flag wins over git config.
+        let got = signer(Some("A B <a@b.org>"), Some("C"), Some("c@d.org")).unwrap();
+        assert_eq!(got.to_string(), "A B <a@b.org>");
+        let got = signer(None, Some("C D"), Some("c@d.org")).unwrap();
+        assert_eq!(got.to_string(), "C D <c@d.org>");
+        assert!(
+            format!("{:#}", signer(Some("nobody"), None, None).unwrap_err()).contains("--signoff")
+        );
+        // Without any, a refusal that says what to set.
+        for (n, e, what) in [
+            (None, None, "user.name and user.email are unset"),
+            (Some(" "), Some("c@d.org"), "user.name is unset"),
+            (Some("C"), None, "user.email is unset"),
+        ] {
+            let err = signer(None, n, e).unwrap_err().to_string();
+            assert!(err.contains(what), "{err}");
+            assert!(err.contains("git config user.name \"Your Name\""), "{err}");
+            assert!(err.contains("--signoff"), "{err}");
+        }
+        for p in [
+            "p2pbuf developers <dev@p2pbuf.invalid>",
+            "p2pbuf xtask <xtask@p2pbuf.invalid>",
+            "M <m@users.noreply.a-seed-993aeadd.example>",
+            "X <x@example.com>",
+            "T <t@box.test>",
+        ] {
+            assert!(parse_ident(p).unwrap().is_placeholder(), "{p}");
+        }
+        assert!(!parse_ident("E <e@examples.com>").unwrap().is_placeholder());
+    }
+
+    #[test]
+    fn strips_stored_signoffs_only_from_the_trailers() {
+        let msg = "sub\n\nBody mentions Signed-off-by: in text.\n\nFixes: 123 (\"x\")\nSigned-off-by: A <a@x.org>\nLink: https://l\n";
+        assert_eq!(
+            strip_signoffs(msg),
+            "sub\n\nBody mentions Signed-off-by: in text.\n\nFixes: 123 (\"x\")\nLink: https://l\n"
+        );
+        assert_eq!(
+            strip_signoffs("sub\n\nBody.\n\nSigned-off-by: A <a@x.org>\n\n"),
+            "sub\n\nBody.\n"
+        );
+        assert_eq!(strip_signoffs("sub\n"), "sub\n");
+        assert_eq!(strip_signoffs("sub\n\nBody.\n"), "sub\n\nBody.\n");
+    }
+
+    #[test]
+    fn trailers_go_after_the_existing_ones_once() {
+        let me = parse_ident("Jane Doe <jane@kernel.org>").unwrap();
+        let t = emit_trailers(true, &me);
+        let msg =
+            "dma-buf: fix\n\nBody.\n\nFixes: 0123456789ab (\"dma-buf: x\")\nLink: https://l\n";
+        let out = add_trailers(msg, &t).unwrap();
+        assert_eq!(
+            out,
+            "dma-buf: fix\n\nBody.\n\nFixes: 0123456789ab (\"dma-buf: x\")\nLink: https://l\nCc: stable@vger.kernel.org\nSigned-off-by: Jane Doe <jane@kernel.org>\n"
+        );
+        // Run again (an export of an emitted patch): nothing is added twice.
+        assert_eq!(add_trailers(&out, &t).unwrap(), out);
+        // A message without trailers gets its own block; no Cc: stable unless asked.
+        assert_eq!(
+            add_trailers("sub\n\nBody.\n", &emit_trailers(false, &me)).unwrap(),
+            "sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\n"
+        );
+        // The sender's sign-off already there is not repeated (the stable Cc still comes).
+        let out = add_trailers(
+            "sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\n",
+            &t,
+        );
+        assert_eq!(
+            out.unwrap(),
+            "sub\n\nBody.\n\nSigned-off-by: Jane Doe <jane@kernel.org>\nCc: stable@vger.kernel.org\n"
+        );
+    }
+
+    #[test]
+    fn parses_get_maintainer_output() {
+        let out = "Sumit Semwal <sumit.semwal@linaro.org>\n\"Christian König\" <christian.koenig@amd.com>\nlinux-media@vger.kernel.org\ndri-devel@lists.freedesktop.org\nlinaro-mm-sig@lists.linaro.org\nlinux-kernel@vger.kernel.org\nSumit Semwal <sumit.semwal@linaro.org>\n\n";
+        let r = parse_get_maintainer(out);
+        assert_eq!(
+            r.to,
+            [
+                "Sumit Semwal <sumit.semwal@linaro.org>",
+                "\"Christian König\" <christian.koenig@amd.com>"
+            ]
+        );
+        assert_eq!(
+            r.cc,
+            [
+                "linux-media@vger.kernel.org",
+                "dri-devel@lists.freedesktop.org",
+                "linaro-mm-sig@lists.linaro.org",
+                "linux-kernel@vger.kernel.org"
+            ]
+        );
+        assert_eq!(parse_get_maintainer(""), Recipients::default());
+    }
+
+    #[test]
+    fn kernel_doc_warnings() {
+        assert!(is_kernel_doc_warning(
+            "Warning: drivers/dma-buf/dma-buf-mapping.c:104 No description found"
+        ));
+        assert!(is_kernel_doc_warning("x.c:3: warning: Function parameter"));
+        assert!(!is_kernel_doc_warning(
+            "drivers/x.c: no structured comments"
+        ));
+    }
+}
