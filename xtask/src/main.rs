@@ -5,6 +5,7 @@
 
 mod bench;
 mod boots;
+mod fabric;
 mod hostcheck;
 mod initramfs;
 mod kernel;
@@ -107,6 +108,8 @@ enum Cmd {
     },
     /// Build rdma-core (Debian's source + linux/rdma-core patches) for the VM.
     RdmaCore,
+    /// Build libfabric 2.1 (Debian's source) against that rdma-core, with fabtests.
+    Libfabric,
     /// Pack the initramfs: busybox, modules, tests, tools.
     Initramfs,
     /// Boot the VM (builds what is stale first).
@@ -223,6 +226,7 @@ fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
     }
     modules::modules(ctx, false)?;
     rdma::rdma_core(ctx)?;
+    fabric::libfabric(ctx)?;
     let initrd = initramfs::initramfs(ctx)?;
     Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
 }
@@ -473,6 +477,7 @@ fn real_main(cli: Cli) -> Result<()> {
         ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
         Cmd::RdmaCore => rdma::rdma_core(&ctx),
+        Cmd::Libfabric => rdma::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
             let files = build_all(&ctx, &build)?;
@@ -501,6 +506,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 // libclang): build those first, as on a fresh machine there are none.
                 setup::setup(&ctx)?;
                 rdma::rdma_core(&ctx)?;
+                fabric::libfabric(&ctx)?;
                 host_tests(&ctx)?;
             }
             let files = build_all(&ctx, &build)?;
