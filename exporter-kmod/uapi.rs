@@ -31,6 +31,9 @@ pub(crate) const IOCTL_PROVIDER_INFO: u32 = io(0x01);
 pub(crate) const IOCTL_ALLOC: u32 = io(0x02);
 pub(crate) const IOCTL_REVOKE: u32 = io(0x03);
 
+/// `P2PBUF_ALLOC_UNINITIALIZED`.
+pub(crate) const ALLOC_UNINITIALIZED: u32 = 1 << 0;
+
 /// `P2PBUF_PROVIDER_PUBLISHED`.
 pub(crate) const PROVIDER_PUBLISHED: u32 = 1 << 0;
 /// `P2PBUF_PROVIDER_GONE`.

@@ -14,6 +14,12 @@
 # - node B (p2pbuf.node=b): RDMA-WRITEs the lab pattern at several offsets into A's device
 #   memory, then RDMA-READs two of the ranges back and checks them, and one range with the
 #   wrong seed, which both ends must report as a mismatch.
+# - libfabric (the verbs provider over rxe): both nodes list the provider (fi_info -p verbs);
+#   A checks fi_mr_regattr(FI_MR_DMABUF) refusals (exact errnos), then registers a second
+#   buffer of device memory with it (p2pbuf-fabric serve) while the rdma_cm server still holds
+#   its own (so neither allocation zeroes bytes the host checks); B fi_writes and fi_reads
+#   through it like the rdma_cm client; then fabtests (fi_rma_bw, fi_msg_pingpong) on host
+#   memory, A serving, B the client.
 # The nodes wait for each other over TCP on the link (busybox nc), each wait with a timeout:
 # A tells B its memory is registered (port 7491), B tells A it is done (port 7492).
 . /p2pbuf/lib.sh
@@ -33,6 +39,14 @@ READS="4M:0:51 3M:61M:53"
 # Last, a read that expects the wrong seed: both ends must say the data is not that pattern
 # (the checks are live).
 WRONG="4M:0:52"
+# libfabric: p2pbuf-fabric's server (port, device memory), B's fi_writes and fi_reads (same
+# format), the read with the wrong seed; fabtests' port and their size and iterations.
+FPORT=7500
+FSIZE=16M
+FWRITES="4M:0:61 3M:13M:62"
+FREADS="4M:0:61 3M:13M:62"
+FWRONG="1M:0:62"
+FT_ARGS="-p verbs -e msg -S 65536 -I 20 -w 2"
 
 # say TEXT: tell the person (console) and the log (a KTAP diagnostic).
 say() {
@@ -74,6 +88,33 @@ wait_peer() {
 	done
 	return 1
 }
+# fi_info_step: libfabric's own listing of the verbs provider must show rxe0.
+fi_info_step() {
+	fi_info -p verbs >/tmp/fi_info.txt 2>&1
+	_rc=$?
+	sed -n '1,12p' /tmp/fi_info.txt | sed 's/^/# /'
+	if [ $_rc -eq 0 ] && grep -q "domain: rxe0" /tmp/fi_info.txt && grep -q "type: FI_EP_MSG" /tmp/fi_info.txt; then
+		ok "fi_info -p verbs lists rxe0: $(grep -c '^provider: verbs' /tmp/fi_info.txt) entries, $(grep -m1 'protocol:' /tmp/fi_info.txt | sed 's/^ *//')"
+	else
+		fail "fi_info -p verbs: exit $_rc, want rxe0 with FI_EP_MSG"
+	fi
+}
+# fabric_reg NAME WANT_ERRNO TEXT ARGS...: `p2pbuf-fabric reg ARGS` (fi_mr_regattr with
+# FI_MR_DMABUF on rxe0) must fail with errno WANT_ERRNO (exit 1) and say TEXT on stderr.
+fabric_reg() {
+	_name=$1 _want=$2 _text=$3
+	shift 3
+	p2pbuf-fabric reg --addr "$RXE_IP" "$@" >/tmp/freg.out 2>/tmp/freg.err
+	_rc=$?
+	comment /tmp/freg.out
+	comment /tmp/freg.err
+	_got=$(sed -n 's/^errno //p' /tmp/freg.out)
+	if [ $_rc -eq 1 ] && [ "$_got" = "$_want" ] && grep -q "$_text" /tmp/freg.err; then
+		ok "$_name: errno $_got"
+	else
+		fail "$_name: exit $_rc errno ${_got:-none}, want exit 1, errno $_want and \"$_text\""
+	fi
+}
 # kmemleak_step: as run-tests.sh's last test.
 kmemleak_step() {
 	if [ -w /sys/kernel/debug/kmemleak ]; then
@@ -98,8 +139,8 @@ fi
 load_modules || say "could not load the p2pbuf modules (see dmesg)"
 echo "KTAP version 1"
 case "$ROLE" in
-a) PLAN=13 ;;
-b) PLAN=11 ;;
+a) PLAN=29 ;;
+b) PLAN=19 ;;
 *)
 	echo "1..1"
 	echo "not ok 1 two-nodes # p2pbuf.node=$ROLE: want a or b"
@@ -124,10 +165,26 @@ else
 	skip_rest "no peer"
 	exit 1
 fi
+fi_info_step
 
 if [ "$ROLE" = a ]; then
 	# Node A: device memory, registered, served.
 	nclients=$(($(echo $WRITES | wc -w) + $(echo $READS | wc -w) + 1))
+	# FI_MR_DMABUF refusals, before any buffer that the host checks is allocated (each
+	# allocation zeroes its range).
+	p2pbuf-fabric reg --addr "$RXE_IP" --size 1M >/tmp/freg.out 2>&1
+	rc=$?
+	comment /tmp/freg.out
+	if [ $rc -eq 0 ] && grep -q "^registered: fd .*, offset 0, length 1048576: key" /tmp/freg.out; then
+		ok "fi_mr_regattr(FI_MR_DMABUF) of 1M of device memory on rxe0, deregistered"
+	else
+		fail "fi_mr_regattr(FI_MR_DMABUF) of 1M of device memory: exit $rc"
+	fi
+	fabric_reg "FI_MR_DMABUF with an fd that is not open" 9 "fd 999, .*Bad file descriptor" --fd closed
+	fabric_reg "FI_MR_DMABUF with an fd of /dev/null" 22 "Invalid argument" --fd devnull
+	fabric_reg "FI_MR_DMABUF with the offset past the end (2M into 1M)" 22 "offset 0x200000, length 4096" --offset 2M --len 4k
+	fabric_reg "FI_MR_DMABUF with the length past the end (1M + 4k of 1M)" 22 "offset 0x0, length 1052672" --len 1052672
+	fabric_reg "FI_MR_DMABUF on a revoked buffer" 19 "No such device" --revoked
 	rm -f /tmp/b-report
 	timeout $((WAIT * 2)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
 	done_nc=$!
@@ -153,9 +210,22 @@ if [ "$ROLE" = a ]; then
 		skip_rest "no registered memory"
 		exit 1
 	fi
+	# The libfabric server, while the rdma_cm server holds its buffer.
+	p2pbuf-fabric serve --addr "$RXE_IP" --port $FPORT --size $FSIZE --clients $(($(echo $FWRITES $FREADS | wc -w) + 1)) --timeout $WAIT >/tmp/fserve.txt 2>&1 &
+	fsrv=$!
+	if wait_for /tmp/fserve.txt "listening on" 60 && grep -q "^mr: fi_mr_regattr(FI_MR_DMABUF, " /tmp/fserve.txt; then
+		comment /tmp/fserve.txt
+		FBAR=$(sed -n 's/.*BAR offset \(0x[0-9a-f]*\),.*/\1/p' /tmp/fserve.txt | head -1)
+		say "libfabric: $(grep '^mr:' /tmp/fserve.txt)"
+		ok "$FSIZE of device memory at BAR offset $FBAR registered on rxe0 through libfabric: $(grep '^mr:' /tmp/fserve.txt | sed 's/^mr: //')"
+	else
+		comment /tmp/fserve.txt
+		fail "$FSIZE of device memory registered through libfabric (fi_mr_regattr with FI_MR_DMABUF)"
+		FBAR=""
+	fi
 	say "telling B (port $READY_PORT) that the memory is ready; waiting up to ${WAIT}s for it"
 	t0=$(date +%s)
-	if echo "ready $SIZE at BAR offset $BAR_OFF" | timeout $WAIT nc -l -p $READY_PORT >/dev/null 2>&1; then
+	if echo "ready $SIZE at BAR offset $BAR_OFF; libfabric: $FSIZE on port $FPORT" | timeout $WAIT nc -l -p $READY_PORT >/dev/null 2>&1; then
 		ok "node B picked up the rendezvous after $(($(date +%s) - t0))s"
 	else
 		fail "node B never came for the rendezvous (${WAIT}s)"
@@ -210,6 +280,58 @@ if [ "$ROLE" = a ]; then
 	else
 		fail "server: want $((nclients - 1)) verified and 1 failed (exit 1); got: $(grep '^done:' /tmp/serve.txt) (exit $src)"
 	fi
+	# libfabric: B's fi_writes and fi_reads, as the server saw them.
+	say "waiting for B's libfabric clients"
+	wait $fsrv
+	fsrc=$?
+	comment /tmp/fserve.txt
+	i=0
+	for w in $FWRITES $FREADS; do
+		i=$((i + 1))
+		# shellcheck disable=SC2046
+		set -- $(echo "$w" | tr : ' ')
+		sz=$1 off=$2 seed=$3
+		op=fi_write
+		[ $i -gt $(echo $FWRITES | wc -w) ] && op=fi_read
+		l=$(grep "^client $i: " /tmp/fserve.txt)
+		if echo "$l" | grep -q "$op of $(bytes $sz) bytes at offset $(bytes $off) (seed $seed): verified"; then
+			if [ $op = fi_write ]; then
+				ok "B's fi_write of $sz at offset $off (seed $seed) verified through the dma-buf's mmap"
+				[ -n "$FBAR" ] && echo "# hostcheck target=gpu offset=$((FBAR + $(bytes $off))) len=$(bytes $sz) seed=$seed"
+			else
+				ok "B's fi_read of $sz at offset $off served from device memory holding seed $seed's pattern"
+			fi
+		else
+			fail "libfabric client $i: want B's $op of $sz at offset $off (seed $seed) verified; got: ${l:-nothing}"
+		fi
+	done
+	# shellcheck disable=SC2046
+	set -- $(echo "$FWRONG" | tr : ' ')
+	nf=$(($(echo $FWRITES $FREADS | wc -w) + 1))
+	l=$(grep "^client $nf: " /tmp/fserve.txt)
+	if echo "$l" | grep -q "fi_read of $(bytes $1) bytes at offset $(bytes $2) (seed $3): MISMATCH at offset $(bytes $2)$"; then
+		ok "B's fi_read of $1 at offset $2 expecting seed $3: the server reports a mismatch at its first byte"
+	else
+		fail "B's fi_read expecting the wrong seed $3: want a mismatch at $(bytes $2); got: ${l:-nothing}"
+	fi
+	if [ $fsrc -eq 1 ] && grep -q "^done: $((nf - 1)) client(s) verified, 1 failed" /tmp/fserve.txt; then
+		ok "libfabric server: $((nf - 1)) clients verified, the wrong-seed read failed (exit 1, as it must)"
+	else
+		fail "libfabric server: want $((nf - 1)) verified and 1 failed (exit 1); got: $(grep '^done:' /tmp/fserve.txt) (exit $fsrc)"
+	fi
+	# fabtests on host memory: A serves, B connects (it retries until this one listens).
+	for t in "fi_rma_bw -o write" "fi_msg_pingpong"; do
+		say "fabtests: $t $FT_ARGS (server)"
+		# shellcheck disable=SC2086
+		timeout 240 $t $FT_ARGS -s "$RXE_IP" >/tmp/ft.txt 2>&1
+		rc=$?
+		comment /tmp/ft.txt
+		if [ $rc -eq 0 ]; then
+			ok "fabtests ${t%% *} (server, verbs, FI_EP_MSG, 64k x 20): exit 0$(grep '^64k ' /tmp/ft.txt | awk '{print ", " $5 " MB per s, " $6 " us per transfer"}')"
+		else
+			fail "fabtests ${t%% *} (server): exit $rc"
+		fi
+	done
 	say "waiting for B's report (port $DONE_PORT)"
 	wait $done_nc
 	if [ -s /tmp/b-report ]; then
@@ -283,7 +405,68 @@ else
 	wrong="the wrong-seed read NOT reported as it must be"
 	fail "RDMA READ of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
 fi
-report="$passed of $total RDMA operations verified, $wrong"
+# libfabric: fi_write and fi_read through p2pbuf-fabric into A's device memory.
+for w in $FWRITES; do
+	# shellcheck disable=SC2046
+	set -- $(echo "$w" | tr : ' ')
+	total=$((total + 1))
+	timeout 300 p2pbuf-fabric write --server "$PEER" --port $FPORT --size "$1" --offset "$2" --seed "$3" --timeout 120 >/tmp/fw.txt 2>&1
+	rc=$?
+	comment /tmp/fw.txt
+	if [ $rc -eq 0 ] && grep -q "^server: verified the pattern" /tmp/fw.txt && grep -q "^OK" /tmp/fw.txt; then
+		ok "fi_write of $1 at offset $2 (seed $3) into A's device memory (FI_MR_DMABUF), verified by A: $(rate /tmp/fw.txt)"
+		passed=$((passed + 1))
+	else
+		fail "fi_write of $1 at offset $2 (seed $3) into A's device memory: exit $rc"
+	fi
+done
+for r in $FREADS; do
+	# shellcheck disable=SC2046
+	set -- $(echo "$r" | tr : ' ')
+	total=$((total + 1))
+	timeout 300 p2pbuf-fabric read --server "$PEER" --port $FPORT --size "$1" --offset "$2" --seed "$3" --timeout 120 >/tmp/fr.txt 2>&1
+	rc=$?
+	comment /tmp/fr.txt
+	if [ $rc -eq 0 ] && grep -q "^OK" /tmp/fr.txt && ! grep -q "^read data is not" /tmp/fr.txt; then
+		ok "fi_read of $1 at offset $2 from A's device memory is seed $3's pattern: $(rate /tmp/fr.txt)"
+		passed=$((passed + 1))
+	else
+		fail "fi_read of $1 at offset $2 (seed $3) from A's device memory: exit $rc"
+	fi
+done
+# shellcheck disable=SC2046
+set -- $(echo "$FWRONG" | tr : ' ')
+timeout 300 p2pbuf-fabric read --server "$PEER" --port $FPORT --size "$1" --offset "$2" --seed "$3" --timeout 120 >/tmp/fr.txt 2>&1
+rc=$?
+comment /tmp/fr.txt
+if [ $rc -eq 1 ] && grep -q "^read data is not the pattern from offset $(bytes $2)$" /tmp/fr.txt &&
+	grep -q "^server: not the pattern from offset $(bytes $2)$" /tmp/fr.txt; then
+	ok "fi_read of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
+else
+	fail "fi_read of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
+	wrong="$wrong; the libfabric wrong-seed read NOT reported"
+fi
+# fabtests: A's server starts once its libfabric clients are done; retry until it listens.
+for t in "fi_rma_bw -o write" "fi_msg_pingpong"; do
+	t0=$(date +%s)
+	tries=0
+	rc=1
+	while [ $(($(date +%s) - t0)) -lt 180 ]; do
+		tries=$((tries + 1))
+		# shellcheck disable=SC2086
+		timeout 240 $t $FT_ARGS -s "$RXE_IP" "$PEER" >/tmp/ft.txt 2>&1
+		rc=$?
+		[ $rc -eq 0 ] && break
+		sleep 3
+	done
+	comment /tmp/ft.txt
+	if [ $rc -eq 0 ] && grep -q "^64k " /tmp/ft.txt; then
+		ok "fabtests ${t%% *} (client, verbs, FI_EP_MSG, 64k x 20, attempt $tries): $(grep '^64k ' /tmp/ft.txt | awk '{print $5 " MB per s, " $6 " us per transfer"}')"
+	else
+		fail "fabtests ${t%% *} (client): exit $rc after $tries attempt(s)"
+	fi
+done
+report="$passed of $total RDMA operations verified (rdma_cm and libfabric), $wrong"
 t0=$(date +%s)
 sent=0
 while [ $(($(date +%s) - t0)) -lt 60 ]; do

@@ -39,7 +39,11 @@ const RDMA_TOOLS: &[&str] = &[
 
 /// The project's userspace binaries, as (package, binary): built with `cargo build --release`
 /// and put into /p2pbuf/bin (on the guest's PATH) with their shared-library closure.
-const USERSPACE_BINS: &[(&str, &str)] = &[("p2pbuf-cli", "p2pbuf")];
+const USERSPACE_BINS: &[(&str, &str)] = &[
+    ("p2pbuf-cli", "p2pbuf"),
+    // libfabric RMA with FI_MR_DMABUF (loads libfabric.so.1 at run time).
+    ("p2pbuf-fabric", "p2pbuf-fabric"),
+];
 
 /// The project's shared libraries, as (package, file): built with the binaries and put into
 /// /p2pbuf/lib (the preload library: `LD_PRELOAD=/p2pbuf/lib/libp2pbuf_peermem.so`).
@@ -150,6 +154,44 @@ fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
     Ok(())
 }
 
+/// libfabric from `cargo xtask libfabric`: the library (its verbs, rxm and tcp providers are
+/// built in), `fi_info` and friends, the fabtests programs.
+fn overlay_libfabric(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
+    let stage = crate::fabric::staging(ctx);
+    if !stage.join("usr/bin/fi_info").exists() {
+        bail!("libfabric is not built: run `cargo xtask libfabric`");
+    }
+    let lf_lib = stage.join("usr/lib/x86_64-linux-gnu");
+    let rdma_lib = crate::rdma::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    let tools = crate::fabric::FI_TOOLS.iter().copied().chain(
+        crate::fabric::FABTESTS
+            .iter()
+            .map(|t| t.rsplit_once('/').map_or(*t, |(_, n)| n)),
+    );
+    for t in tools {
+        copy_with_staged_libs(
+            root,
+            &stage.join("usr/bin").join(t),
+            Some(&Path::new("usr/bin").join(t)),
+            &[&lf_lib, &rdma_lib],
+            seen,
+        )?;
+    }
+    let dest = root.join("usr/lib/x86_64-linux-gnu");
+    fs::create_dir_all(&dest)?;
+    run_step(
+        ctx,
+        "copy libfabric",
+        "initramfs",
+        Command::new("sh").arg("-c").arg(format!(
+            "cp -a --remove-destination '{}'/libfabric.so* '{}'/",
+            lf_lib.display(),
+            dest.display()
+        )),
+    )?;
+    Ok(())
+}
+
 /// The packed initramfs of the context's kernel flavour (it carries that kernel's modules).
 pub fn initramfs_path(ctx: &Ctx) -> PathBuf {
     ctx.flavour_build().join("initramfs.cpio")
@@ -190,16 +232,28 @@ fn copy_with_libs(
     stage_libs: Option<&Path>,
     seen: &mut BTreeSet<PathBuf>,
 ) -> Result<()> {
+    copy_with_staged_libs(root, bin, dest_rel, stage_libs.as_slice(), seen)
+}
+
+/// [`copy_with_libs`] with several staging roots' library directories (libfabric's, then
+/// rdma-core's).
+fn copy_with_staged_libs(
+    root: &Path,
+    bin: &Path,
+    dest_rel: Option<&Path>,
+    stage_libs: &[&Path],
+    seen: &mut BTreeSet<PathBuf>,
+) -> Result<()> {
     copy_into(root, bin, dest_rel)?;
     let mut ldd = Command::new("ldd");
     ldd.arg(bin);
-    if let Some(dir) = stage_libs {
-        ldd.env("LD_LIBRARY_PATH", dir);
+    if !stage_libs.is_empty() {
+        ldd.env("LD_LIBRARY_PATH", std::env::join_paths(stage_libs)?);
     }
     let out = ldd.output()?;
     for lib in parse_ldd(&String::from_utf8_lossy(&out.stdout)) {
-        // Libraries of the staged build are copied as a whole tree afterwards.
-        if stage_libs.is_some_and(|d| lib.starts_with(d)) {
+        // Libraries of the staged builds are copied as whole trees.
+        if stage_libs.iter().any(|d| lib.starts_with(d)) {
             continue;
         }
         if seen.insert(lib.clone()) {
@@ -366,6 +420,7 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     for t in TOOLS.iter().map(Path::new).filter(|p| p.exists()) {
         copy_with_libs(&root, t, None, None, &mut seen)?;
     }
+    overlay_libfabric(ctx, &root, &mut seen)?;
     overlay_rdma_core(ctx, &root, &mut seen)?;
     userspace_bins(ctx, &root, &mut seen)?;
     if Path::new("/usr/share/misc/pci.ids").exists() {

@@ -5,6 +5,7 @@
 
 mod bench;
 mod boots;
+mod fabric;
 mod hostcheck;
 mod initramfs;
 mod kernel;
@@ -68,7 +69,9 @@ struct VmOpts {
     /// Use KVM instead of TCG (nested KVM hangs on this project's build machines).
     #[arg(long)]
     kvm: bool,
-    /// Emulated GPU memory (ivshmem BAR2) in MiB.
+    /// Emulated GPU memory (ivshmem BAR2) in MiB: a power of two up to 131072 (128 GiB). The
+    /// backing file is sparse; above 1 GiB the guest gets RAM for the BAR's struct pages and
+    /// q35's 64-bit PCI hole is widened to hold it.
     #[arg(long, default_value_t = 1024)]
     gpu_mem_mib: u64,
     /// Extra kernel command line words.
@@ -105,6 +108,8 @@ enum Cmd {
     },
     /// Build rdma-core (Debian's source + linux/rdma-core patches) for the VM.
     RdmaCore,
+    /// Build libfabric 2.1 (Debian's source) against that rdma-core, with fabtests.
+    Libfabric,
     /// Pack the initramfs: busybox, modules, tests, tools.
     Initramfs,
     /// Boot the VM (builds what is stale first).
@@ -132,8 +137,8 @@ enum Cmd {
         /// Only run in-VM tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount
-        /// (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
+        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
+        /// large-bar (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
         /// Default: all of them, or one boot of the whole suite when --topology/--cpu/--iommu
         /// are given.
         #[arg(long = "boot")]
@@ -221,6 +226,7 @@ fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
     }
     modules::modules(ctx, false)?;
     rdma::rdma_core(ctx)?;
+    fabric::libfabric(ctx)?;
     let initrd = initramfs::initramfs(ctx)?;
     Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
 }
@@ -471,6 +477,7 @@ fn real_main(cli: Cli) -> Result<()> {
         ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
         Cmd::RdmaCore => rdma::rdma_core(&ctx),
+        Cmd::Libfabric => rdma::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
             let files = build_all(&ctx, &build)?;
@@ -499,6 +506,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 // libclang): build those first, as on a fresh machine there are none.
                 setup::setup(&ctx)?;
                 rdma::rdma_core(&ctx)?;
+                fabric::libfabric(&ctx)?;
                 host_tests(&ctx)?;
             }
             let files = build_all(&ctx, &build)?;

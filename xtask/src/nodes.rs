@@ -52,14 +52,14 @@ const NODES: [Node; 2] = [
         role: "a",
         ip: "10.0.3.1",
         mac: "52:54:00:00:0a:01",
-        what: "exports 64 MiB of its device memory, registers it with ibv_reg_dmabuf_mr, serves RDMA clients, verifies each write through its mmap",
+        what: "exports 64 MiB of its device memory, registers it with ibv_reg_dmabuf_mr, serves RDMA clients, verifies each write through its mmap; the same with 16 MiB through libfabric (fi_mr_regattr with FI_MR_DMABUF); fabtests servers",
     },
     Node {
         name: "B",
         role: "b",
         ip: "10.0.3.2",
         mac: "52:54:00:00:0a:02",
-        what: "waits for A, RDMA-WRITEs patterns at several offsets into A's device memory, reads them back",
+        what: "waits for A, RDMA-WRITEs patterns at several offsets into A's device memory, reads them back; then fi_write/fi_read through libfabric's verbs provider; fabtests clients",
     },
 ];
 

@@ -32,6 +32,10 @@ pub const DEB_PACKAGES: &[&str] = &[
     "nvme-cli",
     "cmake",
     "ninja-build",
+    // libfabric's source is a git snapshot (autogen.sh).
+    "autoconf",
+    "automake",
+    "libtool",
     "pkg-config",
     "libnl-3-dev",
     "libnl-route-3-dev",
