@@ -680,3 +680,20 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     println!("    kernel tree: {}", tree.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_tree_names() {
+        assert_eq!(KERNEL_SERIES, "7.3");
+        assert!(is_series_tree("linux-7.3.4"));
+        assert!(is_series_tree("linux-7.3"));
+        // A cache set up for 7.2 gets a 7.3 tree beside it.
+        assert!(!is_series_tree("linux-7.2.13"));
+        // 7.30 is not 7.3.
+        assert!(!is_series_tree("linux-7.30.1"));
+        assert!(!is_series_tree("7.3.4"));
+    }
+}
