@@ -21,15 +21,17 @@ const MAGIC: u32 = 0xBB;
 /// `P2PBUF_PCI_NAME_LEN`.
 pub(crate) const PCI_NAME_LEN: usize = 32;
 
-/// `_IO(P2PBUF_IOCTL_MAGIC, nr)`.
-const fn io(nr: u32) -> u32 {
-    kernel::ioctl::_IO(MAGIC, nr)
-}
+// The numbers encode the size of the struct's first version ([`ArgStruct::MIN_SIZE`], which
+// the assertions below tie to `size_of`): when a struct grows, its number must not.
 
-pub(crate) const IOCTL_INFO: u32 = io(0x00);
-pub(crate) const IOCTL_PROVIDER_INFO: u32 = io(0x01);
-pub(crate) const IOCTL_ALLOC: u32 = io(0x02);
-pub(crate) const IOCTL_REVOKE: u32 = io(0x03);
+/// `P2PBUF_IOCTL_INFO`: `_IOWR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info)`.
+pub(crate) const IOCTL_INFO: u32 = kernel::ioctl::_IOWR::<Info>(MAGIC, 0x00);
+/// `P2PBUF_IOCTL_PROVIDER_INFO`: `_IOWR(..., 0x01, struct p2pbuf_provider_info)`.
+pub(crate) const IOCTL_PROVIDER_INFO: u32 = kernel::ioctl::_IOWR::<ProviderInfo>(MAGIC, 0x01);
+/// `P2PBUF_IOCTL_ALLOC`: `_IOWR(..., 0x02, struct p2pbuf_alloc)`.
+pub(crate) const IOCTL_ALLOC: u32 = kernel::ioctl::_IOWR::<Alloc>(MAGIC, 0x02);
+/// `P2PBUF_IOCTL_REVOKE`: `_IOW(..., 0x03, struct p2pbuf_revoke)`.
+pub(crate) const IOCTL_REVOKE: u32 = kernel::ioctl::_IOW::<Revoke>(MAGIC, 0x03);
 
 /// `P2PBUF_PROVIDER_PUBLISHED`.
 pub(crate) const PROVIDER_PUBLISHED: u32 = 1 << 0;
@@ -96,10 +98,10 @@ pub(crate) struct Revoke {
     pub(crate) flags: u64,
 }
 
-const _: () = assert!(size_of::<Info>() == 16);
-const _: () = assert!(size_of::<ProviderInfo>() == 72);
-const _: () = assert!(size_of::<Alloc>() == 32);
-const _: () = assert!(size_of::<Revoke>() == 16);
+const _: () = assert!(size_of::<Info>() == 16 && Info::MIN_SIZE == 16);
+const _: () = assert!(size_of::<ProviderInfo>() == 72 && ProviderInfo::MIN_SIZE == 72);
+const _: () = assert!(size_of::<Alloc>() == 32 && Alloc::MIN_SIZE == 32);
+const _: () = assert!(size_of::<Revoke>() == 16 && Revoke::MIN_SIZE == 16);
 
 // SAFETY: All four are `repr(C)` structs of integers (and a byte array) without padding (the
 // sizes are asserted above), so every byte pattern is valid and every byte is initialised.

@@ -216,9 +216,59 @@ TEST_F(p2pbuf, bad_arguments)
 	info.flags = 1;
 	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
 	EXPECT_EQ(EINVAL, errno);
-	/* Revoke of an fd that is not ours. */
+	/* Revoke of an fd that is not ours, of a closed fd (EBADF, as the header says). */
 	EXPECT_EQ(-EINVAL, p2p_revoke(self->dev, self->dev));
 	EXPECT_EQ(-EBADF, p2p_revoke(self->dev, 12345));
+	EXPECT_EQ(-EBADF, p2p_revoke(self->dev, -1));
+}
+
+/* Revoke's own flags: unknown bits are EINVAL, and nothing is revoked. */
+TEST_F(p2pbuf, revoke_flags)
+{
+	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
+	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd, .flags = 1 };
+	void *m;
+
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REVOKE, &r));
+	EXPECT_EQ(EINVAL, errno);
+	m = mmap(NULL, PAGE, PROT_READ, MAP_SHARED, fd, 0);
+	EXPECT_NE(MAP_FAILED, m);
+	if (m != MAP_FAILED)
+		munmap(m, PAGE);
+	close(fd);
+}
+
+/*
+ * The ioctl numbers say what they pass (strace decodes them): _IOWR/_IOW with the size of the
+ * struct's first version. The old _IO() numbers, and the right nr with another size or
+ * direction, are not the ioctl: ENOTTY.
+ */
+TEST_F(p2pbuf, ioctl_numbers_encode_their_struct)
+{
+	struct p2pbuf_info info = { .size = sizeof(info) };
+	struct { struct p2pbuf_info i; __u32 extra[2]; } big = { .i.size = sizeof(big) };
+
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_INFO));
+	EXPECT_EQ(sizeof(struct p2pbuf_info), _IOC_SIZE(P2PBUF_IOCTL_INFO));
+	EXPECT_EQ(0xBBU, _IOC_TYPE(P2PBUF_IOCTL_INFO));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_PROVIDER_INFO));
+	EXPECT_EQ(sizeof(struct p2pbuf_provider_info), _IOC_SIZE(P2PBUF_IOCTL_PROVIDER_INFO));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_ALLOC));
+	EXPECT_EQ(sizeof(struct p2pbuf_alloc), _IOC_SIZE(P2PBUF_IOCTL_ALLOC));
+	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_REVOKE));
+	EXPECT_EQ(sizeof(struct p2pbuf_revoke), _IOC_SIZE(P2PBUF_IOCTL_REVOKE));
+	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
+	/* A newer caller's larger struct still goes with the first version's number. */
+	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &big));
+	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x00), &info));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x00, big), &big));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IOR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info), &info));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &info));
+	EXPECT_EQ(ENOTTY, errno);
 }
 
 TEST_F(p2pbuf, alloc_sizes_are_dma_bufs)

@@ -329,6 +329,21 @@ static uint32_t pick_handle(void)
 	return nknown && rnd() % 4 ? known[rnd() % nknown] : (uint32_t)(rnd() % 6);
 }
 
+/* The header's ioctl number for nr; any other nr: _IO(), which no ioctl is. */
+static unsigned long real_cmd(unsigned long nr)
+{
+	switch (nr) {
+	case 0x00: return P2PBUF_IOCTL_INFO;
+	case 0x01: return P2PBUF_IOCTL_PROVIDER_INFO;
+	case 0x02: return P2PBUF_IOCTL_ALLOC;
+	case 0x03: return P2PBUF_IOCTL_REVOKE;
+	case 0x10: return P2PBUF_DMA_IOCTL_IMPORT;
+	case 0x11: return P2PBUF_DMA_IOCTL_RELEASE;
+	case 0x12: return P2PBUF_DMA_IOCTL_COPY;
+	}
+	return _IO(P2PBUF_IOCTL_MAGIC, nr);
+}
+
 /* A valid argument for ioctl number nr (any other nr: an empty struct with a size field). */
 static void template(uint32_t *d, unsigned long nr, int planted)
 {
@@ -392,9 +407,9 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 
 /*
  * Fuzzes one device: iters calls with a random ioctl number (mostly the project's, nr
- * 0x00-0x1f with and without direction/size bits), a random argument (a 512-byte buffer of
- * biased fields with a random size field, or NULL, or an unmapped or kernel pointer). A
- * planted valid dma-buf fd and valid engine handles make the calls reach past the argument
+ * 0x00-0x1f as the header defines them, or with other direction/size bits, or as _IO()), a
+ * random argument (a 512-byte buffer of biased fields with a random size field, or NULL, or
+ * an unmapped or kernel pointer). A planted valid dma-buf fd and valid engine handles make the calls reach past the argument
  * checks. Copies are capped by closing the buffers they could run on: a planted buffer is
  * one page, so a copy is at most one page. Returns the number of calls that failed with an
  * errno outside the documented set.
@@ -428,8 +443,11 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 		case 1:
 			cmd = (unsigned long)(uint32_t)rnd();
 			break;
-		default:
+		case 2:
 			cmd = _IO(P2PBUF_IOCTL_MAGIC, nr);
+			break;
+		default:
+			cmd = real_cmd(nr);
 		}
 		if (i % 50 == 49) {
 			/* A fresh planted buffer now and then: the fuzzer may have revoked it. */

@@ -11,6 +11,21 @@
  * of the struct upwards; bytes past the end of the kernel's own struct must be zero
  * (-E2BIG otherwise), so the structs can grow at the end. Flags fields reject unknown bits
  * with -EINVAL.
+ *
+ * The ioctl numbers are _IOWR()/_IOW() of the struct each one passes, so that strace and
+ * other decoders know the argument. The size encoded in a number is that of the struct's
+ * first version and stays so when the struct grows (the @size field, not the number, says
+ * which version a caller has); the kernel matches the whole number, so an ioctl number of
+ * any other direction or size gets -ENOTTY.
+ *
+ * Errors every ioctl of both devices can return: -EFAULT for a bad argument pointer,
+ * -EINVAL for a @size below the first version's, -E2BIG for a non-zero tail past the
+ * kernel's struct, -ENOTTY for an unknown ioctl number.
+ *
+ * Ioctl magic 0xBB, numbers 0x00-0x1F. The exporter is out of tree; the line it would add
+ * to Documentation/userspace-api/ioctl/ioctl-number.rst (between 0xBA and 0xC0) is:
+ *
+ *   0xBB  00-1F  uapi/linux/p2pbuf.h                                       p2pbuf dma-buf exporter and DMA-engine importer
  */
 #ifndef _UAPI_LINUX_P2PBUF_H
 #define _UAPI_LINUX_P2PBUF_H
@@ -87,8 +102,11 @@ struct p2pbuf_alloc {
  * struct p2pbuf_revoke - revoke a buffer: importers are told (invalidate_mappings), their
  *	mappings are torn down, later maps fail with -ENODEV, CPU mappings are zapped
  * @size: in: sizeof(struct p2pbuf_revoke)
- * @fd: in: a dma-buf fd exported by p2pbuf (-EINVAL for any other fd)
- * @flags: in: must be 0
+ * @fd: in: a dma-buf fd exported by p2pbuf; -EBADF if @fd is not an open fd, -EINVAL if it
+ *	is an fd of anything else (another exporter's dma-buf, a regular file, ...)
+ * @flags: in: must be 0 (-EINVAL otherwise)
+ *
+ * Revoking a revoked buffer again succeeds and does nothing.
  */
 struct p2pbuf_revoke {
 	__u32 size;
@@ -96,10 +114,10 @@ struct p2pbuf_revoke {
 	__u64 flags;
 };
 
-#define P2PBUF_IOCTL_INFO		_IO(P2PBUF_IOCTL_MAGIC, 0x00)
-#define P2PBUF_IOCTL_PROVIDER_INFO	_IO(P2PBUF_IOCTL_MAGIC, 0x01)
-#define P2PBUF_IOCTL_ALLOC		_IO(P2PBUF_IOCTL_MAGIC, 0x02)
-#define P2PBUF_IOCTL_REVOKE		_IO(P2PBUF_IOCTL_MAGIC, 0x03)
+#define P2PBUF_IOCTL_INFO		_IOWR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info)
+#define P2PBUF_IOCTL_PROVIDER_INFO	_IOWR(P2PBUF_IOCTL_MAGIC, 0x01, struct p2pbuf_provider_info)
+#define P2PBUF_IOCTL_ALLOC		_IOWR(P2PBUF_IOCTL_MAGIC, 0x02, struct p2pbuf_alloc)
+#define P2PBUF_IOCTL_REVOKE		_IOW(P2PBUF_IOCTL_MAGIC, 0x03, struct p2pbuf_revoke)
 
 /*
  * The DMA engine importer: /dev/p2pbuf-dma (root-only), from the p2pbuf_importer module.
@@ -204,8 +222,8 @@ struct p2pbuf_dma_copy {
 	__u32 nr_transfers;
 };
 
-#define P2PBUF_DMA_IOCTL_IMPORT		_IO(P2PBUF_IOCTL_MAGIC, 0x10)
-#define P2PBUF_DMA_IOCTL_RELEASE	_IO(P2PBUF_IOCTL_MAGIC, 0x11)
-#define P2PBUF_DMA_IOCTL_COPY		_IO(P2PBUF_IOCTL_MAGIC, 0x12)
+#define P2PBUF_DMA_IOCTL_IMPORT		_IOWR(P2PBUF_IOCTL_MAGIC, 0x10, struct p2pbuf_dma_import)
+#define P2PBUF_DMA_IOCTL_RELEASE	_IOW(P2PBUF_IOCTL_MAGIC, 0x11, struct p2pbuf_dma_release)
+#define P2PBUF_DMA_IOCTL_COPY		_IOWR(P2PBUF_IOCTL_MAGIC, 0x12, struct p2pbuf_dma_copy)
 
 #endif /* _UAPI_LINUX_P2PBUF_H */
