@@ -15,7 +15,7 @@ use kernel::{
 };
 
 /// `P2PBUF_API_VERSION`.
-pub(crate) const API_VERSION: u32 = 1;
+pub(crate) const API_VERSION: u32 = 2;
 /// `P2PBUF_IOCTL_MAGIC`.
 const MAGIC: u32 = 0xBB;
 /// `P2PBUF_PCI_NAME_LEN`.
@@ -37,6 +37,8 @@ pub(crate) const IOCTL_REVOKE: u32 = kernel::ioctl::_IOW::<Revoke>(MAGIC, 0x03);
 pub(crate) const PROVIDER_PUBLISHED: u32 = 1 << 0;
 /// `P2PBUF_PROVIDER_GONE`.
 pub(crate) const PROVIDER_GONE: u32 = 1 << 1;
+/// `P2PBUF_PROVIDER_INFO_NEXT`.
+pub(crate) const PROVIDER_INFO_NEXT: u32 = 1 << 0;
 
 /// `struct p2pbuf_info`.
 #[repr(C)]
@@ -53,9 +55,11 @@ pub(crate) struct Info {
 #[derive(Clone, Copy)]
 pub(crate) struct ProviderInfo {
     pub(crate) size: u32,
-    pub(crate) index: u32,
-    pub(crate) bar: u32,
+    pub(crate) id: u32,
     pub(crate) flags: u32,
+    pub(crate) state: u32,
+    pub(crate) bar: u32,
+    pub(crate) reserved: u32,
     pub(crate) bar_size: u64,
     pub(crate) total: u64,
     pub(crate) free: u64,
@@ -66,9 +70,11 @@ impl Default for ProviderInfo {
     fn default() -> Self {
         Self {
             size: 0,
-            index: 0,
-            bar: 0,
+            id: 0,
             flags: 0,
+            state: 0,
+            bar: 0,
+            reserved: 0,
             bar_size: 0,
             total: 0,
             free: 0,
@@ -99,7 +105,7 @@ pub(crate) struct Revoke {
 }
 
 const _: () = assert!(size_of::<Info>() == 16 && Info::MIN_SIZE == 16);
-const _: () = assert!(size_of::<ProviderInfo>() == 72 && ProviderInfo::MIN_SIZE == 72);
+const _: () = assert!(size_of::<ProviderInfo>() == 80 && ProviderInfo::MIN_SIZE == 80);
 const _: () = assert!(size_of::<Alloc>() == 32 && Alloc::MIN_SIZE == 32);
 const _: () = assert!(size_of::<Revoke>() == 16 && Revoke::MIN_SIZE == 16);
 
@@ -125,7 +131,7 @@ impl ArgStruct for Info {
     const MIN_SIZE: usize = 16;
 }
 impl ArgStruct for ProviderInfo {
-    const MIN_SIZE: usize = 72;
+    const MIN_SIZE: usize = 80;
 }
 impl ArgStruct for Alloc {
     const MIN_SIZE: usize = 32;

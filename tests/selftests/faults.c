@@ -27,6 +27,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define PAGE 4096UL
 #define P2P_DEV "/dev/p2pbuf"
@@ -40,12 +41,12 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Free bytes of provider 0, or -1. */
+/* Free bytes of the first bound provider, or -1. */
 static long long provider_free(int p2p)
 {
-	struct p2pbuf_provider_info p = { .size = sizeof(p), .index = 0 };
+	struct p2pbuf_provider_info p;
 
-	if (ioctl(p2p, P2PBUF_IOCTL_PROVIDER_INFO, &p))
+	if (p2pbuf_first_provider_info(p2p, &p))
 		return -1;
 	return (long long)p.free;
 }
@@ -55,7 +56,7 @@ static int dev_alloc(int p2p, __u64 len)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
 
-	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(p2p, &a))
 		return -errno;
 	return a.fd;
 }
@@ -329,6 +330,9 @@ static uint32_t pick_handle(void)
 	return nknown && rnd() % 4 ? known[rnd() % nknown] : (uint32_t)(rnd() % 6);
 }
 
+/* The provider id the templates use (looked up when the fuzzer starts). */
+static uint32_t fuzz_provider;
+
 /* The header's ioctl number for nr; any other nr: _IO(), which no ioctl is. */
 static unsigned long real_cmd(unsigned long nr)
 {
@@ -356,7 +360,8 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 		struct p2pbuf_provider_info *p = (void *)d;
 
 		p->size = sizeof(*p);
-		p->index = rnd() % 3;
+		p->id = fuzz_provider + rnd() % 3 - 1;
+		p->flags = rnd() % 4 == 0;
 		break;
 	}
 	case 0x02: {
@@ -364,7 +369,7 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 
 		a->size = sizeof(*a);
 		a->length = field(PAGE);
-		a->provider = rnd() % 4 == 0;
+		a->provider = rnd() % 4 ? fuzz_provider : (uint32_t)(rnd() % 3);
 		break;
 	}
 	case 0x03: {
@@ -424,6 +429,8 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 	} u;
 	int bad = 0, i;
 	int planted = dev_alloc(p2p, PAGE);
+
+	fuzz_provider = p2pbuf_first_provider(p2p);
 	static const unsigned long bad_ptrs[] = {
 		0, 1, 0xfff, 0xffff888000000000UL, 0xffffffffff600000UL, ~0UL,
 	};

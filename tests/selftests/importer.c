@@ -35,6 +35,7 @@
 
 #if __has_include("uapi/linux/p2pbuf.h")
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 #endif
 
 #ifndef P2PBUF_DMA_IOCTL_COPY
@@ -168,7 +169,7 @@ static int devbuf_alloc(int p2p, struct buf *b, size_t size)
 	memset(b, 0, sizeof(*b));
 	b->fd = b->memfd = -1;
 	b->size = size;
-	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(p2p, &a))
 		return -errno;
 	b->fd = a.fd;
 	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);

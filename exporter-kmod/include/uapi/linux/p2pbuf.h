@@ -33,7 +33,7 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define P2PBUF_API_VERSION 1
+#define P2PBUF_API_VERSION 2
 #define P2PBUF_IOCTL_MAGIC 0xBB
 #define P2PBUF_PCI_NAME_LEN 32
 
@@ -41,8 +41,9 @@
  * struct p2pbuf_info - what the exporter offers
  * @size: in: sizeof(struct p2pbuf_info)
  * @api_version: out: P2PBUF_API_VERSION
- * @nr_providers: out: number of providers; query each with P2PBUF_IOCTL_PROVIDER_INFO
- * @flags: in: must be 0
+ * @nr_providers: out: number of bound providers; list them with P2PBUF_IOCTL_PROVIDER_INFO
+ *	and P2PBUF_PROVIDER_INFO_NEXT
+ * @flags: in: must be 0 (-EINVAL otherwise)
  */
 struct p2pbuf_info {
 	__u32 size;
@@ -51,27 +52,52 @@ struct p2pbuf_info {
 	__u32 flags;
 };
 
+/*
+ * Providers are named by an id that the exporter gives each one when its device is bound:
+ * ids start at 1, only grow, and are never reused while the module is loaded. An id kept by
+ * userspace therefore names the same device or none: once that device is unbound, ALLOC with
+ * the id fails with -ENODEV (it never reaches a device bound later) and PROVIDER_INFO
+ * answers P2PBUF_PROVIDER_GONE. An id that was never given out (0 included) is -ENOENT.
+ * Rebinding a device gives it a new id; its PCI name (@pci_name) stays.
+ */
+
+/* State bits (struct p2pbuf_provider_info.state). */
 /* The provider's memory is published for other p2pdma users too (pci_p2pmem_publish). */
 #define P2PBUF_PROVIDER_PUBLISHED (1U << 0)
-/* The provider was unbound: it allocates nothing and its buffers are revoked. */
+/*
+ * The provider's device was unbound: it allocates nothing (-ENODEV) and its buffers are
+ * revoked. Answered for the id of an unbound provider (with every other out field 0), and
+ * for a provider in the middle of its unbind.
+ */
 #define P2PBUF_PROVIDER_GONE (1U << 1)
+
+/* Flags of P2PBUF_IOCTL_PROVIDER_INFO (struct p2pbuf_provider_info.flags). */
+/* Answer for the bound provider with the smallest id >= @id instead (-ENOENT if none). */
+#define P2PBUF_PROVIDER_INFO_NEXT (1U << 0)
 
 /**
  * struct p2pbuf_provider_info - one p2pdma provider (a PCI BAR)
  * @size: in: sizeof(struct p2pbuf_provider_info)
- * @index: in: which provider, 0 to nr_providers - 1; -ENOENT past the last
+ * @id: in: the provider's id (-ENOENT for an id never given out); with
+ *	P2PBUF_PROVIDER_INFO_NEXT, where to start looking (1, then the last id + 1, lists
+ *	every bound provider). out: the id answered for
+ * @flags: in: 0 or P2PBUF_PROVIDER_INFO_NEXT (-EINVAL for other bits)
+ * @state: out: P2PBUF_PROVIDER_* bits
  * @bar: out: the BAR number of the device
- * @flags: out: P2PBUF_PROVIDER_* bits
+ * @reserved: in: must be 0 (-EINVAL otherwise); out: 0
  * @bar_size: out: size of the BAR in bytes
  * @total: out: bytes of the BAR registered as p2pdma memory
  * @free: out: bytes of @total not allocated now
- * @pci_name: out: NUL-terminated PCI name of the device, e.g. "0000:03:00.0"
+ * @pci_name: out: NUL-terminated PCI name of the device, e.g. "0000:03:00.0" (empty for
+ *	the id of an unbound provider)
  */
 struct p2pbuf_provider_info {
 	__u32 size;
-	__u32 index;
-	__u32 bar;
+	__u32 id;
 	__u32 flags;
+	__u32 state;
+	__u32 bar;
+	__u32 reserved;
 	__u64 bar_size;
 	__u64 total;
 	__u64 free;
@@ -84,7 +110,8 @@ struct p2pbuf_provider_info {
  * @flags: in: must be 0 (no flags are defined yet)
  * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
  *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free
- * @provider: in: provider index
+ * @provider: in: provider id (see above): -ENODEV once its device is unbound, -ENOENT for
+ *	an id never given out
  * @fd: out: the dma-buf, opened O_RDWR | O_CLOEXEC
  * @offset: out: where the buffer starts inside the BAR (for diagnostics and tests; the
  *	memory is zeroed before it is handed out)
