@@ -15,7 +15,7 @@
 //! [`buffer`] (the dma-buf exporter callbacks), [`debugfs`] (state for humans and tests).
 
 use kernel::{
-    dma_buf::DmaBuf,
+    dma_buf::{export::Exported, DmaBuf},
     driver,
     fs::{file::FileDescriptorReservation, File},
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
@@ -123,11 +123,11 @@ impl Registry {
             .map(|(i, p)| (*i, p.clone()))
     }
 
-    /// A copy of the provider list (so that no lock is held while revoking).
-    pub(crate) fn clone_all(&self) -> Result<KVec<Arc<Provider>>> {
+    /// A copy of the provider list with the ids (so that no lock is held while revoking).
+    pub(crate) fn clone_ids(&self) -> Result<KVec<(u32, Arc<Provider>)>> {
         let mut v = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
-        for (_, p) in self.entries.iter() {
-            v.push(p.clone(), GFP_KERNEL)?;
+        for (id, p) in self.entries.iter() {
+            v.push((*id, p.clone()), GFP_KERNEL)?;
         }
         Ok(v)
     }
@@ -176,6 +176,17 @@ fn provider(id: u32) -> Result<Arc<Provider>> {
     }
 }
 
+/// The buffer behind dma-buf fd `fd`: `EBADF` if it is no open fd, `EINVAL` if it is not a
+/// buffer of a bound provider. Returns the buffer and its provider's id.
+fn buffer(fd: i32) -> Result<(Exported<buffer::Buffer>, u32)> {
+    let dmabuf = DmaBuf::get(fd)?;
+    let providers = PROVIDERS.lock().clone_ids()?;
+    providers
+        .iter()
+        .find_map(|(id, p)| p.find(&dmabuf).map(|b| (b, *id)))
+        .ok_or(EINVAL)
+}
+
 /// An open `/dev/p2pbuf`.
 struct P2pbufFile;
 
@@ -193,6 +204,7 @@ impl MiscDevice for P2pbufFile {
             uapi::IOCTL_PROVIDER_INFO => provider_info(arg),
             uapi::IOCTL_ALLOC => alloc(arg),
             uapi::IOCTL_REVOKE => revoke(arg),
+            uapi::IOCTL_REFUSAL => refusal(arg),
             _ => Err(ENOTTY),
         }
         .map(|()| 0)
@@ -258,10 +270,32 @@ fn revoke(arg: usize) -> Result {
     if a.flags != 0 {
         return Err(EINVAL);
     }
-    let dmabuf = DmaBuf::get(a.fd)?;
-    let providers = PROVIDERS.lock().clone_all()?;
-    let buf = providers.iter().find_map(|p| p.find(&dmabuf)).ok_or(EINVAL)?;
-    drop(providers);
+    // No lock is held while revoking.
+    let (buf, _) = buffer(a.fd)?;
     buf.revoke();
     Ok(())
+}
+
+fn refusal(arg: usize) -> Result {
+    let (a, size) = uapi::read_arg::<uapi::Refusal>(arg)?;
+    if a.flags != 0 || a.reserved != 0 {
+        return Err(EINVAL);
+    }
+    let (buf, provider) = buffer(a.fd)?;
+    let mut out = uapi::Refusal {
+        size: a.size,
+        fd: a.fd,
+        provider,
+        ..Default::default()
+    };
+    {
+        let r = buf.refusals.lock();
+        out.nr_refused = r.count;
+        if let Some((dev, code, why)) = &r.last {
+            out.reason = *code;
+            uapi::copy_cstr(&mut out.device, dev.to_bytes());
+            uapi::copy_cstr(&mut out.text, why.to_bytes());
+        }
+    }
+    uapi::write_arg(arg, size, &out)
 }

@@ -20,6 +20,10 @@ pub(crate) const API_VERSION: u32 = 2;
 const MAGIC: u32 = 0xBB;
 /// `P2PBUF_PCI_NAME_LEN`.
 pub(crate) const PCI_NAME_LEN: usize = 32;
+/// `P2PBUF_DEVICE_NAME_LEN`.
+pub(crate) const DEVICE_NAME_LEN: usize = 64;
+/// `P2PBUF_REASON_LEN`.
+pub(crate) const REASON_LEN: usize = 128;
 
 // The numbers encode the size of the struct's first version ([`ArgStruct::MIN_SIZE`], which
 // the assertions below tie to `size_of`): when a struct grows, its number must not.
@@ -32,6 +36,11 @@ pub(crate) const IOCTL_PROVIDER_INFO: u32 = kernel::ioctl::_IOWR::<ProviderInfo>
 pub(crate) const IOCTL_ALLOC: u32 = kernel::ioctl::_IOWR::<Alloc>(MAGIC, 0x02);
 /// `P2PBUF_IOCTL_REVOKE`: `_IOW(..., 0x03, struct p2pbuf_revoke)`.
 pub(crate) const IOCTL_REVOKE: u32 = kernel::ioctl::_IOW::<Revoke>(MAGIC, 0x03);
+/// `P2PBUF_IOCTL_REFUSAL`: `_IOWR(..., 0x04, struct p2pbuf_refusal)`.
+pub(crate) const IOCTL_REFUSAL: u32 = kernel::ioctl::_IOWR::<Refusal>(MAGIC, 0x04);
+
+/// `P2PBUF_REFUSAL_NO_P2P_PATH`.
+pub(crate) const REFUSAL_NO_P2P_PATH: u32 = 1;
 
 /// `P2PBUF_PROVIDER_PUBLISHED`.
 pub(crate) const PROVIDER_PUBLISHED: u32 = 1 << 0;
@@ -104,12 +113,53 @@ pub(crate) struct Revoke {
     pub(crate) flags: u64,
 }
 
+/// `struct p2pbuf_refusal`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Refusal {
+    pub(crate) size: u32,
+    pub(crate) fd: i32,
+    pub(crate) flags: u32,
+    pub(crate) reason: u32,
+    pub(crate) nr_refused: u64,
+    pub(crate) provider: u32,
+    pub(crate) reserved: u32,
+    pub(crate) device: [u8; DEVICE_NAME_LEN],
+    pub(crate) text: [u8; REASON_LEN],
+}
+
+impl Default for Refusal {
+    fn default() -> Self {
+        Self {
+            size: 0,
+            fd: 0,
+            flags: 0,
+            reason: 0,
+            nr_refused: 0,
+            provider: 0,
+            reserved: 0,
+            device: [0; DEVICE_NAME_LEN],
+            text: [0; REASON_LEN],
+        }
+    }
+}
+
+/// Copies `src` into `dst` as a NUL-terminated string, cut to fit.
+pub(crate) fn copy_cstr(dst: &mut [u8], src: &[u8]) {
+    let n = src.len().min(dst.len().saturating_sub(1));
+    dst[..n].copy_from_slice(&src[..n]);
+    if let Some(rest) = dst.get_mut(n..) {
+        rest.fill(0);
+    }
+}
+
 const _: () = assert!(size_of::<Info>() == 16 && Info::MIN_SIZE == 16);
 const _: () = assert!(size_of::<ProviderInfo>() == 80 && ProviderInfo::MIN_SIZE == 80);
 const _: () = assert!(size_of::<Alloc>() == 32 && Alloc::MIN_SIZE == 32);
 const _: () = assert!(size_of::<Revoke>() == 16 && Revoke::MIN_SIZE == 16);
+const _: () = assert!(size_of::<Refusal>() == 224 && Refusal::MIN_SIZE == 224);
 
-// SAFETY: All four are `repr(C)` structs of integers (and a byte array) without padding (the
+// SAFETY: All five are `repr(C)` structs of integers (and a byte array) without padding (the
 // sizes are asserted above), so every byte pattern is valid and every byte is initialised.
 unsafe impl FromBytes for Info {}
 // SAFETY: See above.
@@ -126,6 +176,10 @@ unsafe impl AsBytes for Alloc {}
 unsafe impl FromBytes for Revoke {}
 // SAFETY: See above.
 unsafe impl AsBytes for Revoke {}
+// SAFETY: See above.
+unsafe impl FromBytes for Refusal {}
+// SAFETY: See above.
+unsafe impl AsBytes for Refusal {}
 
 impl ArgStruct for Info {
     const MIN_SIZE: usize = 16;
@@ -138,4 +192,7 @@ impl ArgStruct for Alloc {
 }
 impl ArgStruct for Revoke {
     const MIN_SIZE: usize = 16;
+}
+impl ArgStruct for Refusal {
+    const MIN_SIZE: usize = 224;
 }

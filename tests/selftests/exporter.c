@@ -196,7 +196,7 @@ TEST_F(p2pbuf, provider_ids)
 
 	ASSERT_EQ(0, p2p_info(self->dev, &info));
 	/* Id 0 is no provider: a zeroed struct does not pick one by accident. */
-	EXPECT_EQ(-1, p2p_provider(self->dev, prov_id, &p));
+	EXPECT_EQ(-1, p2p_provider(self->dev, 0, &p));
 	EXPECT_EQ(ENOENT, errno);
 	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	EXPECT_EQ(ENOENT, errno);
@@ -296,6 +296,58 @@ TEST_F(p2pbuf, revoke_flags)
 	EXPECT_NE(MAP_FAILED, m);
 	if (m != MAP_FAILED)
 		munmap(m, PAGE);
+	close(fd);
+}
+
+static int p2p_refusal(int dev, int fd, struct p2pbuf_refusal *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->size = sizeof(*r);
+	r->fd = fd;
+	return ioctl(dev, P2PBUF_IOCTL_REFUSAL, r) ? -errno : 0;
+}
+
+/*
+ * P2PBUF_IOCTL_REFUSAL: a buffer nobody was refused answers NONE with its provider's id (the
+ * positive case needs a fabric without a peer-to-peer path: topo_refusal.c); each documented
+ * errno.
+ */
+TEST_F(p2pbuf, refusal)
+{
+	struct p2pbuf_refusal r;
+	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
+
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_REFUSAL));
+	EXPECT_EQ(sizeof(struct p2pbuf_refusal), _IOC_SIZE(P2PBUF_IOCTL_REFUSAL));
+	ASSERT_EQ(0, p2p_refusal(self->dev, fd, &r));
+	EXPECT_EQ(P2PBUF_REFUSAL_NONE, r.reason);
+	EXPECT_EQ(0ULL, r.nr_refused);
+	EXPECT_EQ(prov_id, r.provider);
+	EXPECT_EQ(0, r.device[0]);
+	EXPECT_EQ(0, r.text[0]);
+	/* A revoked buffer still answers. */
+	ASSERT_EQ(0, p2p_revoke(self->dev, fd));
+	EXPECT_EQ(0, p2p_refusal(self->dev, fd, &r));
+	/* Closed fd, no fd, not a p2pbuf dma-buf. */
+	EXPECT_EQ(-EBADF, p2p_refusal(self->dev, 12345, &r));
+	EXPECT_EQ(-EBADF, p2p_refusal(self->dev, -1, &r));
+	EXPECT_EQ(-EINVAL, p2p_refusal(self->dev, self->dev, &r));
+	/* Flags, reserved, a struct smaller than the first version. */
+	memset(&r, 0, sizeof(r));
+	r.size = sizeof(r);
+	r.fd = fd;
+	r.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.flags = 0;
+	r.reserved = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.reserved = 0;
+	r.size = 16;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
 	close(fd);
 }
 

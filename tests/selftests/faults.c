@@ -341,6 +341,7 @@ static unsigned long real_cmd(unsigned long nr)
 	case 0x01: return P2PBUF_IOCTL_PROVIDER_INFO;
 	case 0x02: return P2PBUF_IOCTL_ALLOC;
 	case 0x03: return P2PBUF_IOCTL_REVOKE;
+	case 0x04: return P2PBUF_IOCTL_REFUSAL;
 	case 0x10: return P2PBUF_DMA_IOCTL_IMPORT;
 	case 0x11: return P2PBUF_DMA_IOCTL_RELEASE;
 	case 0x12: return P2PBUF_DMA_IOCTL_COPY;
@@ -374,6 +375,13 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 	}
 	case 0x03: {
 		struct p2pbuf_revoke *r = (void *)d;
+
+		r->size = sizeof(*r);
+		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		break;
+	}
+	case 0x04: {
+		struct p2pbuf_refusal *r = (void *)d;
 
 		r->size = sizeof(*r);
 		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
@@ -438,8 +446,8 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 	if (planted < 0)
 		return 0;
 	for (i = 0; i < iters; i++) {
-		static const unsigned long real[] = { 0x00, 0x01, 0x02, 0x03, 0x10, 0x11, 0x12 };
-		unsigned long cmd, nr = rnd() % 4 ? real[rnd() % 7] : rnd() % 0x20;
+		static const unsigned long real[] = { 0x00, 0x01, 0x02, 0x03, 0x04, 0x10, 0x11, 0x12 };
+		unsigned long cmd, nr = rnd() % 4 ? real[rnd() % 8] : rnd() % 0x20;
 		void *arg = &u;
 		int ret, e;
 

@@ -54,6 +54,38 @@ pub struct Provider {
     pub gone: bool,
 }
 
+/// Why the exporter refused an importing device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// No peer-to-peer path between the provider and the device (`P2PBUF_REFUSAL_NO_P2P_PATH`).
+    NoP2pPath,
+    /// A code this library does not know (a newer module).
+    Other(u32),
+}
+
+/// The last importing device the exporter refused for a buffer (`P2PBUF_IOCTL_REFUSAL`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// Name of the refused device (a PCI address for a PCI device).
+    pub device: String,
+    /// Why, as a code.
+    pub reason: RefusalReason,
+    /// Why, in words.
+    pub text: String,
+    /// Attachments refused for this buffer so far.
+    pub count: u64,
+}
+
+/// What `P2PBUF_IOCTL_REFUSAL` says of a buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BufferRefusals {
+    /// Id of the buffer's provider.
+    pub provider: u32,
+    /// The latest refusal, if any.
+    pub last: Option<Refusal>,
+}
+
 /// A buffer allocated from a provider.
 #[derive(Debug)]
 pub struct Allocation {
@@ -274,6 +306,45 @@ mod imp {
             })
         }
 
+        /// `P2PBUF_IOCTL_REFUSAL`: the buffer's provider and the last importing device the
+        /// exporter refused for `buf` (a p2pbuf dma-buf), with the reason.
+        pub fn refusals(&self, buf: &DmaBuf) -> Result<BufferRefusals> {
+            let mut a = uapi::p2pbuf_refusal {
+                size: size_of::<uapi::p2pbuf_refusal>(),
+                fd: std::os::fd::AsRawFd::as_raw_fd(buf),
+                ..Default::default()
+            };
+            sys::p2pbuf_refusal(self.dev.as_fd(), &mut a).map_err(|e| {
+                ioctl_error(
+                    self,
+                    format!("P2PBUF_IOCTL_REFUSAL(dma-buf fd {})", a.fd),
+                    e,
+                    "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
+                )
+            })?;
+            let text = |b: &[std::ffi::c_char]| {
+                let v: Vec<u8> = b
+                    .iter()
+                    .take_while(|c| **c != 0)
+                    .map(|c| *c as u8)
+                    .collect();
+                String::from_utf8_lossy(&v).into_owned()
+            };
+            let last = (a.reason != uapi::P2PBUF_REFUSAL_NONE).then(|| Refusal {
+                device: text(&a.device),
+                reason: match a.reason {
+                    uapi::P2PBUF_REFUSAL_NO_P2P_PATH => RefusalReason::NoP2pPath,
+                    r => RefusalReason::Other(r),
+                },
+                text: text(&a.text),
+                count: a.nr_refused,
+            });
+            Ok(BufferRefusals {
+                provider: a.provider,
+                last,
+            })
+        }
+
         /// `P2PBUF_IOCTL_REVOKE`: take the memory of `buf` (a p2pbuf dma-buf) back now.
         /// Importers are told (`invalidate_mappings`) and unmap, CPU mappings are zapped,
         /// later maps and mmaps fail with ENODEV; the fds stay open.
@@ -324,6 +395,11 @@ impl Exporter {
 
     /// `P2PBUF_IOCTL_REVOKE`.
     pub fn revoke(&self, _buf: &DmaBuf) -> Result<()> {
+        match self.never {}
+    }
+
+    /// `P2PBUF_IOCTL_REFUSAL`.
+    pub fn refusals(&self, _buf: &DmaBuf) -> Result<BufferRefusals> {
         match self.never {}
     }
 }

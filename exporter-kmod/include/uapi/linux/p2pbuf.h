@@ -141,10 +141,57 @@ struct p2pbuf_revoke {
 	__u64 flags;
 };
 
+/* Why the exporter refused an importing device (struct p2pbuf_refusal.reason). */
+/* No importing device of this buffer was refused. */
+#define P2PBUF_REFUSAL_NONE		0U
+/*
+ * The PCI topology has no peer-to-peer path between the provider and the importing device
+ * (p2pdma map type NOT_SUPPORTED: they share no PCIe switch, and the host bridge is not one
+ * p2pdma allows). The kernel log names the devices; a common switch, or a CPU/host bridge
+ * that p2pdma allows, fixes it.
+ */
+#define P2PBUF_REFUSAL_NO_P2P_PATH	1U
+
+#define P2PBUF_DEVICE_NAME_LEN	64
+#define P2PBUF_REASON_LEN	128
+
+/**
+ * struct p2pbuf_refusal - the last importing device the exporter refused for a buffer
+ * @size: in: sizeof(struct p2pbuf_refusal)
+ * @fd: in: a dma-buf fd exported by p2pbuf; -EBADF if @fd is not an open fd, -EINVAL if it
+ *	is an fd of anything else (or of a buffer whose provider was unbound)
+ * @flags: in: must be 0 (-EINVAL otherwise)
+ * @reason: out: P2PBUF_REFUSAL_* of the latest refusal; P2PBUF_REFUSAL_NONE when there was
+ *	none (@device and @text are then empty)
+ * @nr_refused: out: attachments to this buffer the exporter refused so far
+ * @provider: out: id of the buffer's provider (for P2PBUF_IOCTL_PROVIDER_INFO)
+ * @reserved: in: must be 0 (-EINVAL otherwise); out: 0
+ * @device: out: NUL-terminated name of the refused device (dev_name(), for a PCI device its
+ *	address, e.g. "0000:04:00.0"), cut to P2PBUF_DEVICE_NAME_LEN - 1 bytes
+ * @text: out: NUL-terminated reason in words, for messages; programs test @reason
+ *
+ * The importer itself got -EOPNOTSUPP from its attach (ibv_reg_dmabuf_mr(), the DMA engine's
+ * P2PBUF_DMA_IOCTL_IMPORT, ...); this says which device and why. Only the exporter's own
+ * decision is recorded: importers that dma-buf refuses before asking it (not allowing
+ * peer-to-peer, pinned and not revocable, a revoked buffer) are not.
+ */
+struct p2pbuf_refusal {
+	__u32 size;
+	__s32 fd;
+	__u32 flags;
+	__u32 reason;
+	__u64 nr_refused;
+	__u32 provider;
+	__u32 reserved;
+	char device[P2PBUF_DEVICE_NAME_LEN];
+	char text[P2PBUF_REASON_LEN];
+};
+
 #define P2PBUF_IOCTL_INFO		_IOWR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info)
 #define P2PBUF_IOCTL_PROVIDER_INFO	_IOWR(P2PBUF_IOCTL_MAGIC, 0x01, struct p2pbuf_provider_info)
 #define P2PBUF_IOCTL_ALLOC		_IOWR(P2PBUF_IOCTL_MAGIC, 0x02, struct p2pbuf_alloc)
 #define P2PBUF_IOCTL_REVOKE		_IOW(P2PBUF_IOCTL_MAGIC, 0x03, struct p2pbuf_revoke)
+#define P2PBUF_IOCTL_REFUSAL		_IOWR(P2PBUF_IOCTL_MAGIC, 0x04, struct p2pbuf_refusal)
 
 /*
  * The DMA engine importer: /dev/p2pbuf-dma (root-only), from the p2pbuf_importer module.

@@ -178,6 +178,8 @@ const P2PBUF_IOCTL_PROVIDER_INFO: Opcode = uapi::P2PBUF_REQUEST_PROVIDER_INFO as
 const P2PBUF_IOCTL_ALLOC: Opcode = uapi::P2PBUF_REQUEST_ALLOC as Opcode;
 #[cfg(p2pbuf_uapi)]
 const P2PBUF_IOCTL_REVOKE: Opcode = uapi::P2PBUF_REQUEST_REVOKE as Opcode;
+#[cfg(p2pbuf_uapi)]
+const P2PBUF_IOCTL_REFUSAL: Opcode = uapi::P2PBUF_REQUEST_REFUSAL as Opcode;
 // The header's `_IOWR`/`_IOW(P2PBUF_IOCTL_MAGIC, nr, struct ...)`: direction and the size of
 // the struct's first version in the number; rustix's encoding of the same must agree (this
 // also checks that the generated structs have the sizes the numbers were made with).
@@ -190,6 +192,7 @@ const _: () = {
     );
     assert!(opcode::read_write::<uapi::p2pbuf_alloc>(M, 0x02) == P2PBUF_IOCTL_ALLOC);
     assert!(opcode::write::<uapi::p2pbuf_revoke>(M, 0x03) == P2PBUF_IOCTL_REVOKE);
+    assert!(opcode::read_write::<uapi::p2pbuf_refusal>(M, 0x04) == P2PBUF_IOCTL_REFUSAL);
     assert!(opcode::read_write::<uapi::p2pbuf_dma_import>(M, 0x10) == P2PBUF_DMA_IOCTL_IMPORT);
     assert!(opcode::write::<uapi::p2pbuf_dma_release>(M, 0x11) == P2PBUF_DMA_IOCTL_RELEASE);
     assert!(opcode::read_write::<uapi::p2pbuf_dma_copy>(M, 0x12) == P2PBUF_DMA_IOCTL_COPY);
@@ -255,6 +258,21 @@ pub(crate) fn p2pbuf_revoke(
         rustix::ioctl::ioctl(
             dev,
             rustix::ioctl::Updater::<P2PBUF_IOCTL_REVOKE, _>::new(arg),
+        )
+    }
+}
+
+/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REFUSAL, &refusal)`.
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn p2pbuf_refusal(
+    dev: BorrowedFd<'_>,
+    arg: &mut uapi::p2pbuf_refusal,
+) -> Result<(), Errno> {
+    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_refusal`.
+    unsafe {
+        rustix::ioctl::ioctl(
+            dev,
+            rustix::ioctl::Updater::<P2PBUF_IOCTL_REFUSAL, _>::new(arg),
         )
     }
 }
