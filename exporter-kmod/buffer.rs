@@ -27,6 +27,47 @@ pub(crate) struct AttachRecord {
     pub(crate) device: CString,
     /// How that device reaches the memory.
     pub(crate) map_type: MapType,
+    /// The scatter-gather table of the latest map for this attachment.
+    pub(crate) last_map: Option<SgShape>,
+}
+
+/// What a scatter-gather table handed to an importer looks like (debugfs; the tests check
+/// that a buffer larger than 4 GiB is split where `sg_dma_len` (32 bits) needs it, and only
+/// there).
+#[derive(Clone, Copy)]
+pub(crate) struct SgShape {
+    /// DMA entries (`nents`).
+    pub(crate) entries: u32,
+    /// Sum of their lengths: must be the buffer's size.
+    pub(crate) bytes: u64,
+    /// The longest entry.
+    pub(crate) largest: u64,
+    /// Whether each entry starts where the one before ended (one DMA-contiguous range).
+    pub(crate) contiguous: bool,
+}
+
+impl SgShape {
+    fn of(sgt: &ExportedSgt<'_>) -> Self {
+        let mut shape = Self {
+            entries: sgt.nents(),
+            bytes: 0,
+            largest: 0,
+            contiguous: true,
+        };
+        let mut next: Option<u64> = None;
+        for e in sgt.iter() {
+            let (addr, len) = (e.dma_address(), e.dma_len());
+            if next.is_some_and(|n| n != addr) {
+                shape.contiguous = false;
+            }
+            next = addr.checked_add(len);
+            // Cannot overflow for a real table (the sum is at most the buffer's size); if
+            // it did, the sum would show it: saturate rather than wrap.
+            shape.bytes = shape.bytes.saturating_add(len);
+            shape.largest = shape.largest.max(len);
+        }
+        shape
+    }
 }
 
 /// The latest importing device the exporter refused for one buffer (`P2PBUF_IOCTL_REFUSAL`).
@@ -141,6 +182,7 @@ impl Exporter for Buffer {
             key: core::ptr::from_ref(attach) as usize,
             device: describe(dev)?,
             map_type,
+            last_map: None,
         };
         this.attachments.lock().push(rec, GFP_KERNEL)?;
         Ok(())
@@ -159,10 +201,18 @@ impl Exporter for Buffer {
         held: &'a ResvHeld<'a>,
         dir: DataDirection,
     ) -> Result<ExportedSgt<'a>> {
-        let mem = this.mem.lock();
-        let mem = mem.as_ref().ok_or(ENODEV)?;
-        let range = [PhysRange::new(mem.phys_addr(), this.size)];
-        ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)
+        let sgt = {
+            let mem = this.mem.lock();
+            let mem = mem.as_ref().ok_or(ENODEV)?;
+            let range = [PhysRange::new(mem.phys_addr(), this.size)];
+            ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?
+        };
+        let shape = SgShape::of(&sgt);
+        let key = core::ptr::from_ref(attach) as usize;
+        if let Some(r) = this.attachments.lock().iter_mut().find(|r| r.key == key) {
+            r.last_map = Some(shape);
+        }
+        Ok(sgt)
     }
 
     fn begin_cpu_access(_this: &Self, _dir: DataDirection) -> Result {

@@ -55,12 +55,23 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 st.active_vmaps
             )?;
             for a in b.attachments.lock().iter() {
-                writeln!(
+                write!(
                     f,
                     "  attached: {} ({})",
                     a.device.to_str().unwrap_or("?"),
                     a.map_type.name().to_str().unwrap_or("?")
                 )?;
+                match a.last_map {
+                    Some(m) => writeln!(
+                        f,
+                        ", mapped: {} sg entries, {} bytes, largest {}, {}",
+                        m.entries,
+                        m.bytes,
+                        m.largest,
+                        if m.contiguous { "contiguous" } else { "not contiguous" }
+                    )?,
+                    None => writeln!(f)?,
+                }
             }
         }
     }

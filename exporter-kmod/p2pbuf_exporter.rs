@@ -250,11 +250,17 @@ fn provider_info(arg: usize) -> Result {
 
 fn alloc(arg: usize) -> Result {
     let (mut a, size) = uapi::read_arg::<uapi::Alloc>(arg)?;
-    if a.flags != 0 {
+    if a.flags & !uapi::ALLOC_UNINITIALIZED != 0 {
         return Err(EINVAL);
     }
+    let zero = a.flags & uapi::ALLOC_UNINITIALIZED == 0;
+    // SAFETY: `capable()` only reads the current task's credentials.
+    if !zero && !unsafe { kernel::bindings::capable(kernel::bindings::CAP_SYS_RAWIO as i32) } {
+        // Stale device memory is what /dev/mem would show: the same capability.
+        return Err(EPERM);
+    }
     let p = provider(a.provider)?;
-    let (dmabuf, offset) = p.alloc(&THIS_MODULE, a.length)?;
+    let (dmabuf, offset) = p.alloc(&THIS_MODULE, a.length, zero)?;
     // Install the fd only once nothing can fail any more: on error the reservation and the
     // buffer are dropped, and the memory goes back.
     let fd = FileDescriptorReservation::get_unused_fd_flags(kernel::fs::file::flags::O_CLOEXEC)?;

@@ -119,13 +119,25 @@ impl Provider {
         out.pci_name[..n].copy_from_slice(&name[..n]);
     }
 
-    /// Allocates `length` bytes, zeroed, and exports them as a dma-buf.
+    /// Allocates `length` bytes, zeroed unless `zero` is false, and exports them as a dma-buf.
     pub(crate) fn alloc(
         self: &Arc<Self>,
         module: &'static ThisModule,
         length: u64,
+        zero: bool,
     ) -> Result<(ARef<DmaBuf>, u64)> {
-        if length == 0 || length > self.bar_size || length % kernel::page::PAGE_SIZE as u64 != 0 {
+        if length == 0 || length % kernel::page::PAGE_SIZE as u64 != 0 {
+            return Err(EINVAL);
+        }
+        if length > self.bar_size {
+            dev_info!(
+                &*self.pdev,
+                "p2pbuf: cannot allocate {} bytes from BAR{} of {} bytes ({} MiB): ask for at most the BAR's size (PROVIDER_INFO), or give the device a larger BAR (lab: cargo xtask --gpu-mem-mib)\n",
+                length,
+                self.bar,
+                self.bar_size,
+                self.bar_size >> 20
+            );
             return Err(EINVAL);
         }
         let length = usize::try_from(length)?;
@@ -139,8 +151,11 @@ impl Provider {
             state.next_id += 1;
             (mem, state.next_id)
         };
-        // Hand out no stale data: zero the memory (MMIO: with I/O accessors).
-        mem.zero();
+        // Hand out no stale data: zero the memory (MMIO: with I/O accessors), unless a caller
+        // allowed to read the BAR anyway asked for it as it is.
+        if zero {
+            mem.zero();
+        }
         let (buf, dmabuf) = Exported::new(
             module,
             c"p2pbuf",

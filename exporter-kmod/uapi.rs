@@ -42,6 +42,9 @@ pub(crate) const IOCTL_REFUSAL: u32 = kernel::ioctl::_IOWR::<Refusal>(MAGIC, 0x0
 /// `P2PBUF_REFUSAL_NO_P2P_PATH`.
 pub(crate) const REFUSAL_NO_P2P_PATH: u32 = 1;
 
+/// `P2PBUF_ALLOC_UNINITIALIZED`.
+pub(crate) const ALLOC_UNINITIALIZED: u32 = 1 << 0;
+
 /// `P2PBUF_PROVIDER_PUBLISHED`.
 pub(crate) const PROVIDER_PUBLISHED: u32 = 1 << 0;
 /// `P2PBUF_PROVIDER_GONE`.

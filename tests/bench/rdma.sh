@@ -19,4 +19,13 @@ if [ ! -e /dev/p2pbuf ]; then
 fi
 # Root pins without RLIMIT_MEMLOCK; say what the registrations run under anyway.
 echo "# rdma: $(grep MemTotal /proc/meminfo | tr -s ' '), RLIMIT_MEMLOCK $(ulimit -l), $(nproc) CPU(s)"
-p2pbuf rdma bench --reps "$reps" --cold --addr "$RXE_IP"
+# Device memory up to the BAR (cargo xtask bench --gpu-mem-mib 65536: up to 64 GiB), allocated
+# without zeroing (not timed; zeroing 64 GiB is minutes under TCG); host memory up to 1 GiB,
+# what the guest's RAM holds.
+sizes=4k,64k,1M,16M,128M,1G
+bar=$(stat -c %s "$(pci_find $GPU_ID)/resource2" 2>/dev/null || echo 0)
+for s in 4 16 64; do
+	[ "$bar" -ge $((s << 30)) ] && sizes="$sizes,${s}G"
+done
+echo "# rdma: BAR of $bar bytes: registration sizes $sizes"
+p2pbuf rdma bench --reps "$reps" --cold --addr "$RXE_IP" --reg-sizes "$sizes" --host-max 1G --uninitialized

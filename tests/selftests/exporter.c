@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
 #include <linux/dma-buf.h>
 
 #include "kselftest_harness.h"
@@ -468,6 +470,82 @@ TEST_F(p2pbuf, mmap_fresh_is_zero_and_reaches_device_memory)
 		ASSERT_EQ(0, m[i]) TH_LOG("reallocated buffer has stale data at %zu", i);
 	munmap(m, len);
 	close(fd);
+}
+
+/* Drops CAP_SYS_RAWIO from the effective set of this process (all threads: there is one). */
+static int drop_cap_sys_rawio(void)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+
+	if (syscall(SYS_capget, &h, d))
+		return -1;
+	d[CAP_TO_INDEX(CAP_SYS_RAWIO)].effective &= ~CAP_TO_MASK(CAP_SYS_RAWIO);
+	return syscall(SYS_capset, &h, d) ? -1 : 0;
+}
+
+/*
+ * P2PBUF_ALLOC_UNINITIALIZED hands the memory out as it is (what the previous user left),
+ * only to a caller with CAP_SYS_RAWIO; without the flag the same memory comes zeroed.
+ */
+TEST_F(p2pbuf, alloc_uninitialized_keeps_stale_data_and_needs_cap_sys_rawio)
+{
+	const size_t len = 1UL << 20;
+	unsigned int seed = ((unsigned int)getpid() & 0xff) + 7;
+	__u64 off = 0, off2 = 1;
+	size_t i, stale = 0;
+	uint8_t *m;
+	pid_t pid;
+	int fd, st;
+
+	fd = p2p_alloc(self->dev, len, 0, &off);
+	ASSERT_GE(fd, 0);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	for (i = 0; i < len; i++)
+		m[i] = pat(i, seed);
+	munmap(m, len);
+	close(fd);
+	/* First fit: the same memory again, as it was left. */
+	fd = p2p_alloc(self->dev, len, P2PBUF_ALLOC_UNINITIALIZED, &off2);
+	ASSERT_GE(fd, 0) TH_LOG("uninitialized alloc as root: %s", strerror(-fd));
+	ASSERT_EQ(off, off2) TH_LOG("not the same memory: first fit from the start expected");
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	for (i = 0; i < len; i++)
+		stale += m[i] == pat(i, seed);
+	EXPECT_EQ(len, stale) TH_LOG("only %zu of %zu bytes kept", stale, len);
+	munmap(m, len);
+	close(fd);
+	/* Without the flag: zeroed. */
+	fd = p2p_alloc(self->dev, len, 0, &off2);
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(off, off2);
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	for (i = 0; i < len && !m[i]; i++)
+		;
+	EXPECT_EQ(len, i) TH_LOG("stale byte at %zu of a zeroed allocation", i);
+	munmap(m, len);
+	close(fd);
+	/* Root without CAP_SYS_RAWIO: EPERM for the flag, zeroed memory still allowed. */
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int r;
+
+		if (drop_cap_sys_rawio())
+			_exit(10);
+		r = p2p_alloc(self->dev, len, P2PBUF_ALLOC_UNINITIALIZED, NULL);
+		if (r != -EPERM)
+			_exit(r >= 0 ? 11 : 12);
+		r = p2p_alloc(self->dev, len, 0, NULL);
+		_exit(r >= 0 ? 0 : 13);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	ASSERT_TRUE(WIFEXITED(st));
+	EXPECT_EQ(0, WEXITSTATUS(st))
+		TH_LOG("child: 10 capset failed, 11 uninitialized alloc allowed without CAP_SYS_RAWIO, 12 it failed with another errno than EPERM, 13 a zeroed alloc failed");
 }
 
 TEST_F(p2pbuf, mmap_bounds)

@@ -23,6 +23,8 @@ pub struct Boot {
     /// kernel's periodic tick wakes every vCPU 250 times per virtual second, and each wake-up
     /// costs wall time).
     pub icount: bool,
+    /// The emulated GPU memory's size in MiB, when not the default 1 GiB.
+    pub gpu_mem_mib: Option<u64>,
 }
 
 /// Test-name prefix of the tests that only the topology boots run.
@@ -34,6 +36,16 @@ const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cl
 /// Tests (name prefixes) that only the engine boot runs: the importer suite and the large
 /// engine copies (tests/selftests/engine_large.c, up to 64 MiB = 32,788 transfers).
 const ENGINE_TESTS: &[&str] = &["engine_", "importer"];
+
+/// Tests (name prefixes) that only the large-bar boot runs: buffers larger than 4 GiB
+/// (tests/selftests/large_bar.c).
+const LARGE_TESTS: &[&str] = &["large_"];
+
+/// The large-bar boot's emulated GPU memory: 64 GiB, the size of a large GPU's memory (an
+/// H200 exports 120 GiB as one dma-buf). p2pdma gives each of its 16 Mi pages a `struct page`:
+/// 1 GiB of guest RAM (`VmConfig::guest_mem_mib` adds it), and about 6 s of the exporter's
+/// probe under TCG.
+pub const LARGE_BAR_MIB: u64 = 64 << 10;
 
 /// Guest seconds one test may take on the engine boot (run-tests.sh's limit): a 64 MiB copy
 /// is 3,279 s of virtual time there.
@@ -53,6 +65,7 @@ const ENGINE_MIN_WALL_S: u64 = 2400;
 fn reserved() -> Vec<&'static str> {
     let mut v = vec![TOPO_PREFIX];
     v.extend_from_slice(ENGINE_TESTS);
+    v.extend_from_slice(LARGE_TESTS);
     v
 }
 
@@ -67,6 +80,7 @@ pub fn all() -> Vec<Boot> {
             iommu: false,
             only: &[],
             icount: false,
+            gpu_mem_mib: None,
         },
         Boot {
             name: "rootports",
@@ -76,6 +90,7 @@ pub fn all() -> Vec<Boot> {
             iommu: false,
             only: TOPOLOGY_AWARE,
             icount: false,
+            gpu_mem_mib: None,
         },
         Boot {
             name: "rootports-zen-iommu",
@@ -85,6 +100,7 @@ pub fn all() -> Vec<Boot> {
             iommu: true,
             only: TOPOLOGY_AWARE,
             icount: false,
+            gpu_mem_mib: None,
         },
         Boot {
             name: "engine-icount",
@@ -94,6 +110,17 @@ pub fn all() -> Vec<Boot> {
             iommu: false,
             only: ENGINE_TESTS,
             icount: true,
+            gpu_mem_mib: None,
+        },
+        Boot {
+            name: "large-bar",
+            why: "GPU-sized device memory: a 64 GiB BAR, buffers larger than 4 GiB",
+            topology: Topology::Switch,
+            cpu: "max",
+            iommu: false,
+            only: LARGE_TESTS,
+            icount: false,
+            gpu_mem_mib: Some(LARGE_BAR_MIB),
         },
     ]
 }
@@ -104,6 +131,9 @@ impl Boot {
         cfg.topology = self.topology;
         cfg.cpu = self.cpu.to_string();
         cfg.iommu = self.iommu;
+        if let Some(g) = self.gpu_mem_mib {
+            cfg.gpu_mem_mib = g;
+        }
         if self.icount {
             cfg.icount = true;
             cfg.smp = 1;
@@ -214,7 +244,7 @@ mod tests {
         assert!(!cfg.append.iter().any(|a| a.contains("hung_task")));
         assert!(cfg
             .append
-            .contains(&"p2pbuf.skip=topo_,engine_,importer".to_string()));
+            .contains(&"p2pbuf.skip=topo_,engine_,importer,large_".to_string()));
         let mut cfg = VmConfig::default();
         engine.apply(&mut cfg);
         assert!(cfg.icount);
@@ -271,11 +301,36 @@ mod tests {
             names(&select(&[], Some("kunit"), &tests).unwrap()),
             ["main"]
         );
-        assert_eq!(names(&select(&[], None, &tests).unwrap()).len(), 4);
+        assert_eq!(names(&select(&[], None, &tests).unwrap()).len(), 5);
         assert_eq!(
             names(&select(&[], Some("importer"), &["importer".to_string()]).unwrap()),
             ["engine-icount"]
         );
+        assert_eq!(
+            names(&select(&[], Some("large_"), &["large_bar".to_string()]).unwrap()),
+            ["large-bar"]
+        );
         assert!(select(&["nope".into()], None, &tests).is_err());
+    }
+
+    #[test]
+    fn the_large_bar_boot_has_a_64_gib_bar_and_the_ram_for_its_pages() {
+        let all = all();
+        let b = all.iter().find(|b| b.name == "large-bar").unwrap();
+        assert!(b.selects("large_bar", None));
+        assert!(!all[0].selects("large_bar", None));
+        let mut cfg = VmConfig::default();
+        b.apply(&mut cfg);
+        assert_eq!(cfg.gpu_mem_mib, 64 << 10);
+        cfg.validate().unwrap();
+        // 2 GiB + 1 GiB of struct pages + KASAN's eighth, within the lab's 6 GiB per boot.
+        assert_eq!(cfg.guest_mem_mib(), 2048 + 1280);
+        assert!(cfg.guest_mem_mib() <= 6144);
+        // The other boots keep the 1 GiB BAR, the 2 GiB guest and QEMU's default hole.
+        let mut cfg = VmConfig::default();
+        all[0].apply(&mut cfg);
+        assert_eq!(cfg.gpu_mem_mib, 1024);
+        assert_eq!(cfg.guest_mem_mib(), 2048);
+        assert_eq!(cfg.pci_hole64_bytes(), None);
     }
 }

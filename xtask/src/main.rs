@@ -69,7 +69,9 @@ struct VmOpts {
     /// Use KVM instead of TCG (nested KVM hangs on this project's build machines).
     #[arg(long)]
     kvm: bool,
-    /// Emulated GPU memory (ivshmem BAR2) in MiB.
+    /// Emulated GPU memory (ivshmem BAR2) in MiB: a power of two up to 131072 (128 GiB). The
+    /// backing file is sparse; above 1 GiB the guest gets RAM for the BAR's struct pages and
+    /// q35's 64-bit PCI hole is widened to hold it.
     #[arg(long, default_value_t = 1024)]
     gpu_mem_mib: u64,
     /// Extra kernel command line words.
@@ -135,8 +137,8 @@ enum Cmd {
         /// Only run in-VM tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount
-        /// (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
+        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
+        /// large-bar (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
         /// Default: all of them, or one boot of the whole suite when --topology/--cpu/--iommu
         /// are given.
         #[arg(long = "boot")]

@@ -3,7 +3,7 @@
 //! topology, and the intel-iommu variant.
 
 use crate::util::Ctx;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -55,7 +55,11 @@ pub struct VmConfig {
     /// device timer costs no wall time (the edu engine finishes each transfer 100 ms of
     /// virtual time after it starts). icount makes TCG single-threaded.
     pub icount: bool,
+    /// Guest RAM in MiB, before what the emulated GPU memory's `struct page`s need
+    /// ([`VmConfig::guest_mem_mib`] adds that).
     pub mem_mib: u32,
+    /// The emulated GPU memory (ivshmem BAR2) in MiB: a power of two, at most
+    /// [`GPU_MEM_MAX_MIB`] ([`VmConfig::validate`]).
     pub gpu_mem_mib: u64,
     pub nvme_mib: u64,
     pub cmb_mib: u32,
@@ -98,6 +102,65 @@ impl Default for VmConfig {
     }
 }
 
+/// The largest emulated GPU memory: 128 GiB. Its `struct page`s take 2 GiB of guest RAM (and
+/// the 64-bit PCI hole must hold twice the BAR, see [`VmConfig::pci_hole64_bytes`]); TCG's
+/// `-cpu max` has 40 physical address bits (1 TiB).
+pub const GPU_MEM_MAX_MIB: u64 = 128 << 10;
+
+/// QEMU 7.2's default size of q35's 64-bit PCI hole (`q35-pcihost.pci-hole64-size`).
+const Q35_HOLE64_DEFAULT: u64 = 32 << 30;
+
+/// Room in the 64-bit hole for the other devices' 64-bit BARs (the NVMe CMB, virtio-net's
+/// BAR4, ivshmem's own) and the bridges' window granularity.
+const HOLE64_SLACK: u64 = 1 << 30;
+
+impl VmConfig {
+    /// Refuses what QEMU would refuse less clearly: ivshmem's BAR must be a power of two (QEMU
+    /// aborts on an assertion otherwise), and it must fit the guest's address space and RAM
+    /// budget.
+    pub fn validate(&self) -> Result<()> {
+        let g = self.gpu_mem_mib;
+        if g == 0 || !g.is_power_of_two() {
+            bail!(
+                "--gpu-mem-mib {g}: the emulated GPU memory is a PCI BAR, whose size must be a \
+                 power of two (e.g. 1024, 8192, 65536)"
+            );
+        }
+        if g > GPU_MEM_MAX_MIB {
+            bail!(
+                "--gpu-mem-mib {g}: at most {GPU_MEM_MAX_MIB} (128 GiB): its struct pages would \
+                 take more than 2 GiB of guest RAM, and the 64-bit PCI hole must hold twice the BAR"
+            );
+        }
+        Ok(())
+    }
+
+    /// Guest RAM in MiB: [`VmConfig::mem_mib`] plus the `struct page`s that p2pdma creates for
+    /// every page of the BAR (`devm_memremap_pages()`: 64 bytes per 4 KiB page, 1 GiB for a
+    /// 64 GiB BAR) and KASAN's shadow of them (an eighth), rounded up to 256 MiB. Nothing is
+    /// added for the default 1 GiB BAR, whose 16 MiB of `struct page`s the base RAM holds.
+    pub fn guest_mem_mib(&self) -> u32 {
+        if self.gpu_mem_mib <= 1024 {
+            return self.mem_mib;
+        }
+        let memmap = self.gpu_mem_mib / 64;
+        let extra = (memmap + memmap / 8).div_ceil(256) * 256;
+        self.mem_mib
+            .saturating_add(u32::try_from(extra).unwrap_or(u32::MAX))
+    }
+
+    /// The size of q35's 64-bit PCI hole when the default (32 GiB) cannot hold the BAR, else
+    /// `None`. A BAR is naturally aligned, and the hole starts wherever the RAM above 4 GiB
+    /// ends, so the hole must span twice the BAR to be sure to hold one aligned copy of it,
+    /// plus room for the other devices' 64-bit BARs.
+    pub fn pci_hole64_bytes(&self) -> Option<u64> {
+        let need = (self.gpu_mem_mib << 20)
+            .saturating_mul(2)
+            .saturating_add(HOLE64_SLACK);
+        (need > Q35_HOLE64_DEFAULT).then_some(need)
+    }
+}
+
 /// Files a VM uses.
 pub struct VmFiles {
     pub kernel: PathBuf,
@@ -128,6 +191,7 @@ impl VmFiles {
     /// Creates the backing files (sparse, all zeros: the GPU memory starts blank every boot,
     /// so what the host finds there was written by this boot), and empties the results file.
     pub fn prepare(&self, cfg: &VmConfig) -> Result<()> {
+        cfg.validate()?;
         let _ = fs::remove_file(&self.gpu_mem);
         for (p, mib) in [(&self.gpu_mem, cfg.gpu_mem_mib), (&self.nvme, cfg.nvme_mib)] {
             if let Some(d) = p.parent() {
@@ -184,8 +248,14 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         "-smp",
         &cfg.smp.to_string(),
         "-m",
-        &format!("{}M", cfg.mem_mib),
+        &format!("{}M", cfg.guest_mem_mib()),
     ]);
+    if let Some(hole) = cfg.pci_hole64_bytes() {
+        push(&[
+            "-global",
+            &format!("q35-pcihost.pci-hole64-size={}G", hole.div_ceil(1 << 30)),
+        ]);
+    }
     push(&["-no-reboot", "-nodefaults", "-display", "none"]);
     push(&["-kernel", &p(&files.kernel), "-initrd", &p(&files.initrd)]);
     let mut append = vec![
@@ -406,6 +476,57 @@ mod tests {
         assert!(s.contains("virtio-net-pci,netdev=net0,bus=dp3,id=nic0,mac=52:54:00:00:0a:01"));
         assert!(s.contains("p2pbuf.mode=node"));
         assert!(!s.contains("user,id=net0"));
+    }
+
+    #[test]
+    fn a_large_bar_widens_the_64_bit_hole_and_the_guest_ram() {
+        let s = joined(&VmConfig::default());
+        assert!(
+            !s.contains("pci-hole64-size"),
+            "the default BAR keeps QEMU's hole"
+        );
+        assert!(s.contains("-m 2048M"));
+        let cfg = VmConfig {
+            gpu_mem_mib: 64 << 10,
+            ..Default::default()
+        };
+        let s = joined(&cfg);
+        // Twice the BAR (it is naturally aligned, the hole is not) plus 1 GiB for the others.
+        assert!(
+            s.contains("-global q35-pcihost.pci-hole64-size=129G"),
+            "{s}"
+        );
+        assert!(s.contains("size=65536M,mem-path=/c/gpu,share=on"));
+        assert!(s.contains("-m 3328M"));
+        let cfg = VmConfig {
+            gpu_mem_mib: 128 << 10,
+            ..Default::default()
+        };
+        assert!(cfg.validate().is_ok());
+        assert_eq!(cfg.guest_mem_mib(), 2048 + 2304);
+    }
+
+    #[test]
+    fn bar_sizes_qemu_cannot_give_are_refused_with_a_reason() {
+        for (g, why) in [
+            (0, "power of two"),
+            (3000, "power of two"),
+            (256 << 10, "at most 131072"),
+        ] {
+            let cfg = VmConfig {
+                gpu_mem_mib: g,
+                ..Default::default()
+            };
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("--gpu-mem-mib"), "{g}: {e}");
+        }
+        for g in [1, 1024, 8192, 65536] {
+            let cfg = VmConfig {
+                gpu_mem_mib: g,
+                ..Default::default()
+            };
+            assert!(cfg.validate().is_ok(), "{g}");
+        }
     }
 
     #[test]

@@ -282,13 +282,31 @@ mod imp {
         }
 
         /// `P2PBUF_IOCTL_ALLOC`: `length` bytes (a non-zero multiple of the page size) from
-        /// the provider with id `provider`, as a dma-buf.
+        /// the provider with id `provider`, as a dma-buf, zeroed.
         pub fn alloc(&self, provider: u32, length: u64) -> Result<Allocation> {
+            self.alloc_with(provider, length, false)
+        }
+
+        /// As [`Exporter::alloc`]; with `uninitialized` (`P2PBUF_ALLOC_UNINITIALIZED`) the
+        /// memory is not zeroed but holds what its previous user left, which needs
+        /// `CAP_SYS_RAWIO` (EPERM otherwise). Zeroing grows with the size (a CPU `memset_io`
+        /// of the whole buffer): for benchmarks and tests of very large buffers.
+        pub fn alloc_with(
+            &self,
+            provider: u32,
+            length: u64,
+            uninitialized: bool,
+        ) -> Result<Allocation> {
             let mut a = uapi::p2pbuf_alloc {
                 size: size_of::<uapi::p2pbuf_alloc>(),
                 length,
                 provider,
                 fd: -1,
+                flags: if uninitialized {
+                    uapi::P2PBUF_ALLOC_UNINITIALIZED
+                } else {
+                    0
+                },
                 ..Default::default()
             };
             let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(|e| {
@@ -296,7 +314,7 @@ mod imp {
                     self,
                     format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
                     e,
-                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total; ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them)",
+                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
                 )
             })?;
             Ok(Allocation {
@@ -393,6 +411,16 @@ impl Exporter {
         match self.never {}
     }
 
+    /// `P2PBUF_IOCTL_ALLOC` with `P2PBUF_ALLOC_UNINITIALIZED` or not.
+    pub fn alloc_with(
+        &self,
+        _provider: u32,
+        _length: u64,
+        _uninitialized: bool,
+    ) -> Result<Allocation> {
+        match self.never {}
+    }
+
     /// `P2PBUF_IOCTL_REVOKE`.
     pub fn revoke(&self, _buf: &DmaBuf) -> Result<()> {
         match self.never {}
@@ -412,12 +440,17 @@ pub const fn built_with_uapi() -> bool {
 /// Allocate `length` bytes (rounded up to the page size) from the first provider that is not
 /// gone and has that much free.
 pub fn alloc(length: u64) -> Result<Allocation> {
+    alloc_with(length, false)
+}
+
+/// As [`alloc`]; `uninitialized`: see [`Exporter::alloc_with`].
+pub fn alloc_with(length: u64, uninitialized: bool) -> Result<Allocation> {
     let ex = Exporter::open()?;
     let page = rustix::param::page_size() as u64;
     let length = length.max(1).div_ceil(page) * page;
     let providers = ex.providers()?;
     match providers.iter().find(|p| !p.gone && p.free >= length) {
-        Some(p) => ex.alloc(p.id, length),
+        Some(p) => ex.alloc_with(p.id, length, uninitialized),
         None => Err(Error::unavailable(
             format!("allocating {length} bytes from {}", ex.path().display()),
             if providers.is_empty() {

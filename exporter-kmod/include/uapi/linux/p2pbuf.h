@@ -104,10 +104,20 @@ struct p2pbuf_provider_info {
 	char pci_name[P2PBUF_PCI_NAME_LEN];
 };
 
+/*
+ * Do not zero the memory before handing it out (struct p2pbuf_alloc.flags). The buffer holds
+ * whatever its previous users left in the BAR, so the caller needs CAP_SYS_RAWIO (-EPERM
+ * otherwise), as for reading the BAR through /dev/mem. For tests and benchmarks of large
+ * buffers: zeroing is a CPU memset_io() of the whole buffer, which grows with its size (on the
+ * lab's emulated GPU memory about 130 MiB/s under TCG, and every byte written fills the
+ * backing file).
+ */
+#define P2PBUF_ALLOC_UNINITIALIZED (1U << 0)
+
 /**
  * struct p2pbuf_alloc - allocate device memory and export it as a dma-buf
  * @size: in: sizeof(struct p2pbuf_alloc)
- * @flags: in: must be 0 (no flags are defined yet)
+ * @flags: in: 0 or P2PBUF_ALLOC_UNINITIALIZED (other bits: -EINVAL)
  * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
  *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free
  * @provider: in: provider id (see above): -ENODEV once its device is unbound, -ENOENT for

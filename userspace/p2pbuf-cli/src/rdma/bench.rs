@@ -31,6 +31,15 @@ pub struct BenchArgs {
     /// registration then allocates and zeroes the pages too).
     #[arg(long)]
     cold: bool,
+    /// Host memory (kinds host, host_cold) only up to this size: the guest's RAM bounds it,
+    /// device memory is bounded by the BAR.
+    #[arg(long, value_parser = parse_size)]
+    host_max: Option<usize>,
+    /// Allocate the device buffers without zeroing them (P2PBUF_ALLOC_UNINITIALIZED, needs
+    /// CAP_SYS_RAWIO): zeroing 64 GiB is minutes of memset_io under TCG. Registration, what
+    /// is timed, is the same either way.
+    #[arg(long)]
+    uninitialized: bool,
     /// RDMA WRITE sizes.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4k,64k,1M,4M")]
     write_sizes: Vec<usize>,
@@ -110,7 +119,8 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     );
     for &size in &a.reg_sizes {
         // The buffers of this size; allocation and faulting-in are not timed.
-        let dmabuf = match p2pbuf::exporter::alloc(size as u64) {
+        let host_ok = a.host_max.is_none_or(|m| size <= m);
+        let dmabuf = match p2pbuf::exporter::alloc_with(size as u64, a.uninitialized) {
             Ok(x) => Some(x.buf),
             Err(e) => {
                 println!("# rdma_reg size={size}: no p2pbuf buffer: {e}");
@@ -118,6 +128,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             }
         };
         let mut host = match HostBuf::new(size) {
+            _ if !host_ok => None,
             Ok(b) => Some(b),
             Err(e) => {
                 println!("# rdma_reg size={size}: no host buffer: {e}");
@@ -165,7 +176,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                     Err(e) => println!("# rdma_reg kind=host size={size} rep={rep}: {e}"),
                 }
             }
-            if a.cold {
+            if a.cold && host_ok {
                 let h = HostBuf::new(size)?;
                 let t = Instant::now();
                 let r = pd.reg_mr(h, access);
