@@ -2,7 +2,7 @@
 
 //! One exported buffer: a range of a provider's device memory behind a dma-buf.
 
-use crate::provider::Provider;
+use crate::{provider::Provider, uapi};
 use kernel::{
     device,
     dma::DataDirection,
@@ -70,6 +70,15 @@ impl SgShape {
     }
 }
 
+/// The latest importing device the exporter refused for one buffer (`P2PBUF_IOCTL_REFUSAL`).
+#[derive(Default)]
+pub(crate) struct Refusals {
+    /// Attachments refused so far.
+    pub(crate) count: u64,
+    /// The latest: the device's name, the `P2PBUF_REFUSAL_*` code, the reason in words.
+    pub(crate) last: Option<(CString, u32, &'static CStr)>,
+}
+
 /// The exporter's data of one buffer.
 ///
 /// # Invariants
@@ -93,6 +102,8 @@ pub(crate) struct Buffer {
     mem: Mutex<Option<P2pPages>>,
     #[pin]
     pub(crate) attachments: Mutex<KVec<AttachRecord>>,
+    #[pin]
+    pub(crate) refusals: Mutex<Refusals>,
 }
 
 impl Buffer {
@@ -107,7 +118,21 @@ impl Buffer {
             offset,
             mem <- new_mutex!(Some(mem)),
             attachments <- new_mutex!(KVec::new()),
+            refusals <- new_mutex!(Refusals::default()),
         })
+    }
+
+    /// Records that `dev` was refused with `code` (`P2PBUF_REFUSAL_*`) because of `why`: for
+    /// `P2PBUF_IOCTL_REFUSAL`, for debugfs (the provider's list), and in the debug log.
+    fn refuse(&self, dev: &device::Device, code: u32, why: &'static CStr) {
+        self.provider.refuse(dev, why);
+        let name = describe(dev).ok();
+        let mut r = self.refusals.lock();
+        r.count = r.count.saturating_add(1);
+        // Without memory for the name the count still goes up; the last record stays.
+        if let Some(name) = name {
+            r.last = Some((name, code, why));
+        }
     }
 
     /// Whether the buffer still holds device memory (it does until it is revoked).
@@ -139,8 +164,11 @@ impl Exporter for Buffer {
             mem.as_ref().ok_or(ENODEV)?.provider().map_type(dev)
         };
         if !map_type.is_supported() {
-            this.provider
-                .refuse(dev, c"no peer-to-peer path (see the kernel log for the blocking bridge)");
+            this.refuse(
+                dev,
+                uapi::REFUSAL_NO_P2P_PATH,
+                c"no peer-to-peer path (see the kernel log for the blocking bridge)",
+            );
             return Err(EOPNOTSUPP);
         }
         dev_dbg!(

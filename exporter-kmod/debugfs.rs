@@ -16,7 +16,7 @@ pub(crate) struct Files {
 }
 
 fn providers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    for (i, p) in PROVIDERS.lock().iter().enumerate() {
+    for (i, p) in PROVIDERS.lock().iter() {
         let s = p.state.lock();
         writeln!(
             f,
@@ -35,7 +35,7 @@ fn providers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    for p in PROVIDERS.lock().iter() {
+    for (_, p) in PROVIDERS.lock().iter() {
         let s = p.state.lock();
         for e in s.buffers.iter() {
             let b = &e.buf;

@@ -15,7 +15,7 @@
 //! [`buffer`] (the dma-buf exporter callbacks), [`debugfs`] (state for humans and tests).
 
 use kernel::{
-    dma_buf::DmaBuf,
+    dma_buf::{export::Exported, DmaBuf},
     driver,
     fs::{file::FileDescriptorReservation, File},
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
@@ -50,7 +50,87 @@ module! {
 kernel::sync::global_lock! {
     // SAFETY: Initialised in the module initialiser, before the driver and the misc device are
     // registered (their callbacks are the only users).
-    pub(crate) unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<Provider>>> = KVec::new();
+    pub(crate) unsafe(uninit) static PROVIDERS: Mutex<Registry> = Registry::new();
+}
+
+/// The providers, each under the id it got when its device was bound.
+///
+/// Ids start at 1, only grow, and are never reused while the module is loaded: an id that
+/// userspace kept names the same device or none (`ENODEV`), never the next device bound.
+pub(crate) struct Registry {
+    /// Bound providers (and ones being unbound), in id order.
+    entries: KVec<(u32, Arc<Provider>)>,
+    /// The id the next provider gets.
+    next_id: u32,
+}
+
+/// What an id names.
+pub(crate) enum Lookup {
+    /// A bound provider (or one in the middle of its unbind).
+    Bound(Arc<Provider>),
+    /// A provider whose device was unbound: the id is stale.
+    Gone,
+}
+
+impl Registry {
+    const fn new() -> Self {
+        Self {
+            entries: KVec::new(),
+            next_id: 1,
+        }
+    }
+
+    /// Adds a provider under a new id.
+    pub(crate) fn push(&mut self, p: Arc<Provider>, flags: kernel::alloc::Flags) -> Result<u32> {
+        let id = self.next_id;
+        let next = id.checked_add(1).ok_or(EOVERFLOW)?;
+        self.entries.push((id, p), flags)?;
+        self.next_id = next;
+        Ok(id)
+    }
+
+    /// Keeps the providers for which `keep` says so.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Arc<Provider>) -> bool) {
+        self.entries.retain(|(_, p)| keep(p));
+    }
+
+    /// The providers with their ids, in id order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &Arc<Provider>)> {
+        self.entries.iter().map(|(id, p)| (*id, p))
+    }
+
+    /// Number of providers.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The provider `id`: `ENOENT` for an id never given out.
+    pub(crate) fn get(&self, id: u32) -> Result<Lookup> {
+        if let Some((_, p)) = self.entries.iter().find(|(i, _)| *i == id) {
+            return Ok(Lookup::Bound(p.clone()));
+        }
+        if id == 0 || id >= self.next_id {
+            return Err(ENOENT);
+        }
+        Ok(Lookup::Gone)
+    }
+
+    /// The first provider with an id of `id` or more.
+    pub(crate) fn next_from(&self, id: u32) -> Option<(u32, Arc<Provider>)> {
+        self.entries
+            .iter()
+            .find(|(i, _)| *i >= id)
+            .map(|(i, p)| (*i, p.clone()))
+    }
+
+    /// A copy of the provider list with the ids (so that no lock is held while revoking).
+    pub(crate) fn clone_ids(&self) -> Result<KVec<(u32, Arc<Provider>)>> {
+        let mut v = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
+        for (id, p) in self.entries.iter() {
+            v.push((*id, p.clone()), GFP_KERNEL)?;
+        }
+        Ok(v)
+    }
 }
 
 /// The module: the misc device and the PCI driver.
@@ -70,7 +150,7 @@ struct RegistryCleanup;
 
 impl Drop for RegistryCleanup {
     fn drop(&mut self) {
-        *PROVIDERS.lock() = KVec::new();
+        *PROVIDERS.lock() = Registry::new();
     }
 }
 
@@ -87,13 +167,24 @@ impl kernel::InPlaceModule for P2pbufExporter {
     }
 }
 
-/// The provider with index `index`, in registration order.
-fn provider(index: u32) -> Result<Arc<Provider>> {
-    PROVIDERS
-        .lock()
-        .get(usize::try_from(index)?)
-        .cloned()
-        .ok_or(ENOENT)
+/// The bound provider `id`: `ENODEV` when its device was unbound, `ENOENT` for an id never
+/// given out.
+fn provider(id: u32) -> Result<Arc<Provider>> {
+    match PROVIDERS.lock().get(id)? {
+        Lookup::Bound(p) => Ok(p),
+        Lookup::Gone => Err(ENODEV),
+    }
+}
+
+/// The buffer behind dma-buf fd `fd`: `EBADF` if it is no open fd, `EINVAL` if it is not a
+/// buffer of a bound provider. Returns the buffer and its provider's id.
+fn buffer(fd: i32) -> Result<(Exported<buffer::Buffer>, u32)> {
+    let dmabuf = DmaBuf::get(fd)?;
+    let providers = PROVIDERS.lock().clone_ids()?;
+    providers
+        .iter()
+        .find_map(|(id, p)| p.find(&dmabuf).map(|b| (b, *id)))
+        .ok_or(EINVAL)
 }
 
 /// An open `/dev/p2pbuf`.
@@ -113,6 +204,7 @@ impl MiscDevice for P2pbufFile {
             uapi::IOCTL_PROVIDER_INFO => provider_info(arg),
             uapi::IOCTL_ALLOC => alloc(arg),
             uapi::IOCTL_REVOKE => revoke(arg),
+            uapi::IOCTL_REFUSAL => refusal(arg),
             _ => Err(ENOTTY),
         }
         .map(|()| 0)
@@ -130,9 +222,30 @@ fn info(arg: usize) -> Result {
 }
 
 fn provider_info(arg: usize) -> Result {
-    let (mut a, size) = uapi::read_arg::<uapi::ProviderInfo>(arg)?;
-    provider(a.index)?.info(&mut a);
-    uapi::write_arg(arg, size, &a)
+    let (a, size) = uapi::read_arg::<uapi::ProviderInfo>(arg)?;
+    if a.flags & !uapi::PROVIDER_INFO_NEXT != 0 || a.reserved != 0 {
+        return Err(EINVAL);
+    }
+    // Only the id and the flags are input: the rest is answered afresh.
+    let mut out = uapi::ProviderInfo {
+        id: a.id,
+        flags: a.flags,
+        ..Default::default()
+    };
+    if a.flags & uapi::PROVIDER_INFO_NEXT != 0 {
+        let (id, p) = PROVIDERS.lock().next_from(a.id).ok_or(ENOENT)?;
+        out.id = id;
+        p.info(&mut out);
+    } else {
+        let found = PROVIDERS.lock().get(a.id)?;
+        match found {
+            Lookup::Bound(p) => p.info(&mut out),
+            // Unbound: the id stays answerable, so that a stale id is told apart from a wrong one.
+            Lookup::Gone => out.state = uapi::PROVIDER_GONE,
+        }
+    }
+    out.size = a.size;
+    uapi::write_arg(arg, size, &out)
 }
 
 fn alloc(arg: usize) -> Result {
@@ -164,25 +277,32 @@ fn revoke(arg: usize) -> Result {
     if a.flags != 0 {
         return Err(EINVAL);
     }
-    let dmabuf = DmaBuf::get(a.fd)?;
-    let providers = PROVIDERS.lock().clone_all()?;
-    let buf = providers.iter().find_map(|p| p.find(&dmabuf)).ok_or(EINVAL)?;
-    drop(providers);
+    // No lock is held while revoking.
+    let (buf, _) = buffer(a.fd)?;
     buf.revoke();
     Ok(())
 }
 
-/// Cloning a list of providers (so that no lock is held while revoking).
-trait CloneAll: Sized {
-    fn clone_all(&self) -> Result<Self>;
-}
-
-impl CloneAll for KVec<Arc<Provider>> {
-    fn clone_all(&self) -> Result<Self> {
-        let mut v = KVec::with_capacity(self.len(), GFP_KERNEL)?;
-        for p in self.iter() {
-            v.push(p.clone(), GFP_KERNEL)?;
-        }
-        Ok(v)
+fn refusal(arg: usize) -> Result {
+    let (a, size) = uapi::read_arg::<uapi::Refusal>(arg)?;
+    if a.flags != 0 || a.reserved != 0 {
+        return Err(EINVAL);
     }
+    let (buf, provider) = buffer(a.fd)?;
+    let mut out = uapi::Refusal {
+        size: a.size,
+        fd: a.fd,
+        provider,
+        ..Default::default()
+    };
+    {
+        let r = buf.refusals.lock();
+        out.nr_refused = r.count;
+        if let Some((dev, code, why)) = &r.last {
+            out.reason = *code;
+            uapi::copy_cstr(&mut out.device, dev.to_bytes());
+            uapi::copy_cstr(&mut out.text, why.to_bytes());
+        }
+    }
+    uapi::write_arg(arg, size, &out)
 }

@@ -101,7 +101,7 @@ impl Provider {
         state.buffers.retain(|e| e.buf.is_alive());
     }
 
-    /// Fills the uAPI description of this provider.
+    /// Fills the uAPI description of this provider (all but its id, which the registry has).
     pub(crate) fn info(&self, out: &mut uapi::ProviderInfo) {
         let mut state = self.state.lock();
         Self::prune(&mut state);
@@ -109,7 +109,7 @@ impl Provider {
         out.bar_size = self.bar_size;
         out.total = self.bar_size;
         out.free = if state.gone { 0 } else { self.bar_size - Self::used(&state) };
-        out.flags = if state.gone {
+        out.state = if state.gone {
             uapi::PROVIDER_GONE
         } else {
             uapi::PROVIDER_PUBLISHED

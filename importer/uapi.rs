@@ -15,17 +15,15 @@ use kernel::{
 /// `P2PBUF_IOCTL_MAGIC`.
 const MAGIC: u32 = 0xBB;
 
-/// `_IO(P2PBUF_IOCTL_MAGIC, nr)`.
-const fn io(nr: u32) -> u32 {
-    kernel::ioctl::_IO(MAGIC, nr)
-}
+// The numbers encode the size of the struct's first version ([`ArgStruct::MIN_SIZE`], which
+// the assertions below tie to `size_of`): when a struct grows, its number must not.
 
-/// `P2PBUF_DMA_IOCTL_IMPORT`.
-pub(crate) const IOCTL_IMPORT: u32 = io(0x10);
-/// `P2PBUF_DMA_IOCTL_RELEASE`.
-pub(crate) const IOCTL_RELEASE: u32 = io(0x11);
-/// `P2PBUF_DMA_IOCTL_COPY`.
-pub(crate) const IOCTL_COPY: u32 = io(0x12);
+/// `P2PBUF_DMA_IOCTL_IMPORT`: `_IOWR(P2PBUF_IOCTL_MAGIC, 0x10, struct p2pbuf_dma_import)`.
+pub(crate) const IOCTL_IMPORT: u32 = kernel::ioctl::_IOWR::<Import>(MAGIC, 0x10);
+/// `P2PBUF_DMA_IOCTL_RELEASE`: `_IOW(..., 0x11, struct p2pbuf_dma_release)`.
+pub(crate) const IOCTL_RELEASE: u32 = kernel::ioctl::_IOW::<Release>(MAGIC, 0x11);
+/// `P2PBUF_DMA_IOCTL_COPY`: `_IOWR(..., 0x12, struct p2pbuf_dma_copy)`.
+pub(crate) const IOCTL_COPY: u32 = kernel::ioctl::_IOWR::<Copy>(MAGIC, 0x12);
 
 /// `P2PBUF_DMA_MAP_UNKNOWN`.
 pub(crate) const MAP_UNKNOWN: u32 = 0;
@@ -78,9 +76,9 @@ pub(crate) struct Copy {
     pub(crate) nr_transfers: u32,
 }
 
-const _: () = assert!(size_of::<Import>() == 32);
-const _: () = assert!(size_of::<Release>() == 16);
-const _: () = assert!(size_of::<Copy>() == 56);
+const _: () = assert!(size_of::<Import>() == 32 && Import::MIN_SIZE == 32);
+const _: () = assert!(size_of::<Release>() == 16 && Release::MIN_SIZE == 16);
+const _: () = assert!(size_of::<Copy>() == 56 && Copy::MIN_SIZE == 56);
 
 // SAFETY: All three are `repr(C)` structs of integers without padding (the sizes are asserted
 // above), so every byte pattern is valid and every byte is initialised.

@@ -26,6 +26,7 @@
 #include <linux/udmabuf.h>
 
 #include "uapi/linux/p2pbuf.h"
+#include "../selftests/p2pbuf_test.h"
 
 static double now_us(void)
 {
@@ -39,7 +40,7 @@ static int export_p2pbuf(int dev, size_t size)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
 
-	return ioctl(dev, P2PBUF_IOCTL_ALLOC, &a) ? -errno : a.fd;
+	return p2pbuf_test_alloc(dev, &a) ? -errno : a.fd;
 }
 
 static int export_udmabuf(int dev, size_t size)

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "uapi/linux/p2pbuf.h"
+#include "../selftests/p2pbuf_test.h"
 
 #define MIB (1UL << 20)
 #define GIB (1UL << 30)
@@ -136,7 +137,7 @@ int main(int argc, char **argv)
 	if (reps < 1)
 		reps = 1;
 	dev = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
-	if (dev < 0 || ioctl(dev, P2PBUF_IOCTL_ALLOC, &a)) {
+	if (dev < 0 || p2pbuf_test_alloc(dev, &a)) {
 		fprintf(stderr, "# nvme_p2p: /dev/p2pbuf: %s\n", strerror(errno));
 		return 1;
 	}

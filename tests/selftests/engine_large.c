@@ -30,6 +30,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define PAGE 4096UL
 #define MIB (1UL << 20)
@@ -125,7 +126,7 @@ static int devbuf_alloc(int p2p, struct buf *b, size_t size)
 
 	b->what = "device";
 	b->size = size;
-	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(p2p, &a))
 		return -errno;
 	b->fd = a.fd;
 	b->bar_offset = a.offset;
@@ -242,10 +243,10 @@ FIXTURE_SETUP(engine)
 	if (self->old_limit >= 0 && self->old_limit < (int)(BUF_SIZE / MIB) + 1)
 		ASSERT_EQ(0, sysfs_write_int(UDMABUF_LIMIT, BUF_SIZE / MIB + 1));
 	/* Device buffers above the first quarter of the BAR (the host check's data stays). */
-	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_PROVIDER_INFO, &p));
+	ASSERT_EQ(0, p2pbuf_first_provider_info(self->p2p, &p));
 	ASSERT_GE(p.free, 2 * BUF_SIZE + p.total / 4);
 	sp.length = (p.total / 4) & ~(PAGE - 1);
-	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_ALLOC, &sp));
+	ASSERT_EQ(0, p2pbuf_test_alloc(self->p2p, &sp));
 	self->spacer = sp.fd;
 }
 

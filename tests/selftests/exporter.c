@@ -25,6 +25,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define PAGE 4096UL
 
@@ -35,18 +36,22 @@ static int p2p_info(int dev, struct p2pbuf_info *info)
 	return ioctl(dev, P2PBUF_IOCTL_INFO, info);
 }
 
-static int p2p_provider(int dev, __u32 index, struct p2pbuf_provider_info *p)
+static int p2p_provider(int dev, __u32 id, struct p2pbuf_provider_info *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->size = sizeof(*p);
-	p->index = index;
+	p->id = id;
 	return ioctl(dev, P2PBUF_IOCTL_PROVIDER_INFO, p);
 }
+
+/* The provider the tests allocate from (set up by the fixture). */
+static __u32 prov_id;
 
 /* Returns the dma-buf fd, or -errno. */
 static int p2p_alloc(int dev, __u64 length, __u32 flags, __u64 *offset)
 {
-	struct p2pbuf_alloc a = { .size = sizeof(a), .flags = flags, .length = length };
+	struct p2pbuf_alloc a = { .size = sizeof(a), .flags = flags, .length = length,
+				  .provider = prov_id };
 
 	if (ioctl(dev, P2PBUF_IOCTL_ALLOC, &a))
 		return -errno;
@@ -148,7 +153,10 @@ FIXTURE_SETUP(p2pbuf)
 	self->dev = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
 	ASSERT_GE(self->dev, 0) TH_LOG("/dev/p2pbuf: %s (is p2pbuf_exporter loaded and bound?)",
 				       strerror(errno));
-	ASSERT_EQ(0, p2p_provider(self->dev, 0, &self->prov)) TH_LOG("provider 0: %s", strerror(errno));
+	prov_id = p2pbuf_first_provider(self->dev);
+	ASSERT_NE(0U, prov_id) TH_LOG("no provider bound");
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &self->prov))
+		TH_LOG("provider %u: %s", prov_id, strerror(errno));
 }
 
 FIXTURE_TEARDOWN(p2pbuf)
@@ -159,7 +167,6 @@ FIXTURE_TEARDOWN(p2pbuf)
 TEST_F(p2pbuf, info_and_providers)
 {
 	struct p2pbuf_info info;
-	struct p2pbuf_provider_info p;
 
 	ASSERT_EQ(0, p2p_info(self->dev, &info));
 	EXPECT_EQ(P2PBUF_API_VERSION, (int)info.api_version);
@@ -170,11 +177,64 @@ TEST_F(p2pbuf, info_and_providers)
 	EXPECT_EQ(self->prov.total, self->prov.free);
 	EXPECT_NE(0, self->prov.pci_name[0]);
 	EXPECT_EQ(0, self->prov.pci_name[P2PBUF_PCI_NAME_LEN - 1]);
-	EXPECT_NE(0U, self->prov.flags & P2PBUF_PROVIDER_PUBLISHED);
-	TH_LOG("provider 0: %s BAR%u, %llu MiB", self->prov.pci_name, self->prov.bar,
+	EXPECT_NE(0U, self->prov.state & P2PBUF_PROVIDER_PUBLISHED);
+	EXPECT_EQ(0U, self->prov.state & P2PBUF_PROVIDER_GONE);
+	EXPECT_EQ(prov_id, self->prov.id);
+	EXPECT_EQ(0U, self->prov.reserved);
+	TH_LOG("provider %u: %s BAR%u, %llu MiB", prov_id, self->prov.pci_name, self->prov.bar,
 	       (unsigned long long)self->prov.total >> 20);
-	EXPECT_EQ(-1, p2p_provider(self->dev, info.nr_providers, &p));
+}
+
+/*
+ * Providers are named by stable ids from 1: 0 and ids never given out are ENOENT, NEXT lists
+ * the bound ones, unknown flags and a non-zero reserved field are EINVAL.
+ */
+TEST_F(p2pbuf, provider_ids)
+{
+	struct p2pbuf_info info;
+	struct p2pbuf_provider_info p;
+	struct p2pbuf_alloc a = { .size = sizeof(a), .length = PAGE };
+	__u32 id, n = 0, last = 0;
+
+	ASSERT_EQ(0, p2p_info(self->dev, &info));
+	/* Id 0 is no provider: a zeroed struct does not pick one by accident. */
+	EXPECT_EQ(-1, p2p_provider(self->dev, 0, &p));
 	EXPECT_EQ(ENOENT, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
+	EXPECT_EQ(ENOENT, errno);
+	/* An id never given out. */
+	EXPECT_EQ(-1, p2p_provider(self->dev, 0xfffffff0U, &p));
+	EXPECT_EQ(ENOENT, errno);
+	a.provider = 0xfffffff0U;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
+	EXPECT_EQ(ENOENT, errno);
+	/* Listing: NEXT from 1, then from the last id + 1, gives nr_providers providers. */
+	for (id = 1;; id = p.id + 1) {
+		memset(&p, 0, sizeof(p));
+		p.size = sizeof(p);
+		p.id = id;
+		p.flags = P2PBUF_PROVIDER_INFO_NEXT;
+		if (ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p)) {
+			EXPECT_EQ(ENOENT, errno);
+			break;
+		}
+		EXPECT_GT(p.id, last);
+		EXPECT_NE(0, p.pci_name[0]);
+		last = p.id;
+		n++;
+	}
+	EXPECT_EQ(info.nr_providers, n);
+	/* Flags and reserved. */
+	memset(&p, 0, sizeof(p));
+	p.size = sizeof(p);
+	p.id = prov_id;
+	p.flags = 2;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
+	EXPECT_EQ(EINVAL, errno);
+	p.flags = 0;
+	p.reserved = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
+	EXPECT_EQ(EINVAL, errno);
 }
 
 TEST_F(p2pbuf, bad_arguments)
@@ -192,11 +252,11 @@ TEST_F(p2pbuf, bad_arguments)
 	/* Unknown flags. */
 	EXPECT_EQ(-EINVAL, p2p_alloc(self->dev, PAGE, 1u << 31, NULL));
 	/* Unknown provider. */
-	a.provider = 1000;
+	a.provider = 1000000;
 	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	EXPECT_EQ(ENOENT, errno);
 	/* Struct sizes: too small, and larger with non-zero tail. */
-	a.provider = 0;
+	a.provider = prov_id;
 	a.size = 4;
 	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	EXPECT_EQ(EINVAL, errno);
@@ -218,9 +278,111 @@ TEST_F(p2pbuf, bad_arguments)
 	info.flags = 1;
 	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
 	EXPECT_EQ(EINVAL, errno);
-	/* Revoke of an fd that is not ours. */
+	/* Revoke of an fd that is not ours, of a closed fd (EBADF, as the header says). */
 	EXPECT_EQ(-EINVAL, p2p_revoke(self->dev, self->dev));
 	EXPECT_EQ(-EBADF, p2p_revoke(self->dev, 12345));
+	EXPECT_EQ(-EBADF, p2p_revoke(self->dev, -1));
+}
+
+/* Revoke's own flags: unknown bits are EINVAL, and nothing is revoked. */
+TEST_F(p2pbuf, revoke_flags)
+{
+	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
+	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd, .flags = 1 };
+	void *m;
+
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REVOKE, &r));
+	EXPECT_EQ(EINVAL, errno);
+	m = mmap(NULL, PAGE, PROT_READ, MAP_SHARED, fd, 0);
+	EXPECT_NE(MAP_FAILED, m);
+	if (m != MAP_FAILED)
+		munmap(m, PAGE);
+	close(fd);
+}
+
+static int p2p_refusal(int dev, int fd, struct p2pbuf_refusal *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->size = sizeof(*r);
+	r->fd = fd;
+	return ioctl(dev, P2PBUF_IOCTL_REFUSAL, r) ? -errno : 0;
+}
+
+/*
+ * P2PBUF_IOCTL_REFUSAL: a buffer nobody was refused answers NONE with its provider's id (the
+ * positive case needs a fabric without a peer-to-peer path: topo_refusal.c); each documented
+ * errno.
+ */
+TEST_F(p2pbuf, refusal)
+{
+	struct p2pbuf_refusal r;
+	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
+
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_REFUSAL));
+	EXPECT_EQ(sizeof(struct p2pbuf_refusal), _IOC_SIZE(P2PBUF_IOCTL_REFUSAL));
+	ASSERT_EQ(0, p2p_refusal(self->dev, fd, &r));
+	EXPECT_EQ(P2PBUF_REFUSAL_NONE, r.reason);
+	EXPECT_EQ(0ULL, r.nr_refused);
+	EXPECT_EQ(prov_id, r.provider);
+	EXPECT_EQ(0, r.device[0]);
+	EXPECT_EQ(0, r.text[0]);
+	/* A revoked buffer still answers. */
+	ASSERT_EQ(0, p2p_revoke(self->dev, fd));
+	EXPECT_EQ(0, p2p_refusal(self->dev, fd, &r));
+	/* Closed fd, no fd, not a p2pbuf dma-buf. */
+	EXPECT_EQ(-EBADF, p2p_refusal(self->dev, 12345, &r));
+	EXPECT_EQ(-EBADF, p2p_refusal(self->dev, -1, &r));
+	EXPECT_EQ(-EINVAL, p2p_refusal(self->dev, self->dev, &r));
+	/* Flags, reserved, a struct smaller than the first version. */
+	memset(&r, 0, sizeof(r));
+	r.size = sizeof(r);
+	r.fd = fd;
+	r.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.flags = 0;
+	r.reserved = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
+	r.reserved = 0;
+	r.size = 16;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
+	close(fd);
+}
+
+/*
+ * The ioctl numbers say what they pass (strace decodes them): _IOWR/_IOW with the size of the
+ * struct's first version. The old _IO() numbers, and the right nr with another size or
+ * direction, are not the ioctl: ENOTTY.
+ */
+TEST_F(p2pbuf, ioctl_numbers_encode_their_struct)
+{
+	struct p2pbuf_info info = { .size = sizeof(info) };
+	struct { struct p2pbuf_info i; __u32 extra[2]; } big = { .i.size = sizeof(big) };
+
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_INFO));
+	EXPECT_EQ(sizeof(struct p2pbuf_info), _IOC_SIZE(P2PBUF_IOCTL_INFO));
+	EXPECT_EQ(0xBBU, _IOC_TYPE(P2PBUF_IOCTL_INFO));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_PROVIDER_INFO));
+	EXPECT_EQ(sizeof(struct p2pbuf_provider_info), _IOC_SIZE(P2PBUF_IOCTL_PROVIDER_INFO));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_ALLOC));
+	EXPECT_EQ(sizeof(struct p2pbuf_alloc), _IOC_SIZE(P2PBUF_IOCTL_ALLOC));
+	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_REVOKE));
+	EXPECT_EQ(sizeof(struct p2pbuf_revoke), _IOC_SIZE(P2PBUF_IOCTL_REVOKE));
+	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
+	/* A newer caller's larger struct still goes with the first version's number. */
+	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &big));
+	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x00), &info));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x00, big), &big));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IOR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info), &info));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &info));
+	EXPECT_EQ(ENOTTY, errno);
 }
 
 TEST_F(p2pbuf, alloc_sizes_are_dma_bufs)
@@ -250,7 +412,7 @@ TEST_F(p2pbuf, whole_bar_exhaustion_and_return)
 
 	fd = p2p_alloc(self->dev, self->prov.total, 0, NULL);
 	ASSERT_GE(fd, 0) TH_LOG("whole provider: %s", strerror(-fd));
-	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &p));
 	EXPECT_EQ(0ULL, p.free);
 	fd2 = p2p_alloc(self->dev, PAGE, 0, NULL);
 	EXPECT_EQ(-ENOMEM, fd2);
@@ -258,7 +420,7 @@ TEST_F(p2pbuf, whole_bar_exhaustion_and_return)
 		close(fd2);
 	close(fd);
 	/* The memory comes back once the last reference is gone. */
-	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &p));
 	EXPECT_EQ(self->prov.total, p.free);
 	fd = p2p_alloc(self->dev, self->prov.total, 0, NULL);
 	EXPECT_GE(fd, 0);
@@ -490,7 +652,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 		close(sv[0]);
 		close(sv[1]);
 	}
-	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &p));
 	EXPECT_EQ(self->prov.total, p.free);
 }
 
@@ -514,14 +676,16 @@ TEST_F(p2pbuf, revoke)
 	EXPECT_TRUE(read_faults(m));
 	munmap(m, 1UL << 20);
 	close(fd);
-	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &p));
 	EXPECT_EQ(self->prov.total, p.free);
 }
 
 /*
  * Unbinding the provider while buffers are mapped (CPU) and open: no oops, the buffers are
- * revoked (CPU mappings fault, new mmaps fail), the provider disappears, and binding again
- * gives a provider with all of its memory free. Runs last: it unbinds the device.
+ * revoked (CPU mappings fault, new mmaps fail), the provider disappears from the list, its id
+ * answers GONE and ALLOC with it ENODEV, and binding again gives the device a new id with all
+ * of its memory free, while the old id stays stale (it does not reach the rebound device).
+ * Runs last: it unbinds the device.
  */
 TEST_F(p2pbuf, zz_unbind_while_mapped)
 {
@@ -548,13 +712,27 @@ TEST_F(p2pbuf, zz_unbind_while_mapped)
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd1, 0));
 	EXPECT_EQ(0, p2p_info(self->dev, &info));
 	EXPECT_EQ(0U, info.nr_providers);
-	EXPECT_EQ(-ENOENT, p2p_alloc(self->dev, 4096, 0, NULL));
+	/* The stale id: GONE, and ALLOC says the device is gone rather than "no such id". */
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &p));
+	EXPECT_EQ(P2PBUF_PROVIDER_GONE, p.state);
+	EXPECT_EQ(prov_id, p.id);
+	EXPECT_EQ(0ULL, p.total);
+	EXPECT_EQ(0, p.pci_name[0]);
+	EXPECT_EQ(-ENODEV, p2p_alloc(self->dev, 4096, 0, NULL));
+	EXPECT_EQ(0U, p2pbuf_first_provider(self->dev));
 	munmap(m1, 1UL << 20);
 	munmap(m2, 2UL << 20);
 	close(fd1);
 	close(fd2);
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pbuf_exporter/bind", self->prov.pci_name));
-	ASSERT_EQ(0, p2p_provider(self->dev, 0, &p));
+	/* Rebound: a new id for the same device; the old one stays stale. */
+	EXPECT_EQ(-ENODEV, p2p_alloc(self->dev, 4096, 0, NULL));
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &p));
+	EXPECT_EQ(P2PBUF_PROVIDER_GONE, p.state);
+	ASSERT_GT(p2pbuf_first_provider(self->dev), prov_id);
+	ASSERT_EQ(0, p2p_provider(self->dev, p2pbuf_first_provider(self->dev), &p));
+	EXPECT_STREQ(self->prov.pci_name, p.pci_name);
+	EXPECT_EQ(P2PBUF_PROVIDER_PUBLISHED, p.state);
 	EXPECT_EQ(p.total, p.free);
 }
 

@@ -27,6 +27,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define PAGE 4096UL
 #define P2P_DEV "/dev/p2pbuf"
@@ -40,12 +41,12 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Free bytes of provider 0, or -1. */
+/* Free bytes of the first bound provider, or -1. */
 static long long provider_free(int p2p)
 {
-	struct p2pbuf_provider_info p = { .size = sizeof(p), .index = 0 };
+	struct p2pbuf_provider_info p;
 
-	if (ioctl(p2p, P2PBUF_IOCTL_PROVIDER_INFO, &p))
+	if (p2pbuf_first_provider_info(p2p, &p))
 		return -1;
 	return (long long)p.free;
 }
@@ -55,7 +56,7 @@ static int dev_alloc(int p2p, __u64 len)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
 
-	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(p2p, &a))
 		return -errno;
 	return a.fd;
 }
@@ -329,6 +330,25 @@ static uint32_t pick_handle(void)
 	return nknown && rnd() % 4 ? known[rnd() % nknown] : (uint32_t)(rnd() % 6);
 }
 
+/* The provider id the templates use (looked up when the fuzzer starts). */
+static uint32_t fuzz_provider;
+
+/* The header's ioctl number for nr; any other nr: _IO(), which no ioctl is. */
+static unsigned long real_cmd(unsigned long nr)
+{
+	switch (nr) {
+	case 0x00: return P2PBUF_IOCTL_INFO;
+	case 0x01: return P2PBUF_IOCTL_PROVIDER_INFO;
+	case 0x02: return P2PBUF_IOCTL_ALLOC;
+	case 0x03: return P2PBUF_IOCTL_REVOKE;
+	case 0x04: return P2PBUF_IOCTL_REFUSAL;
+	case 0x10: return P2PBUF_DMA_IOCTL_IMPORT;
+	case 0x11: return P2PBUF_DMA_IOCTL_RELEASE;
+	case 0x12: return P2PBUF_DMA_IOCTL_COPY;
+	}
+	return _IO(P2PBUF_IOCTL_MAGIC, nr);
+}
+
 /* A valid argument for ioctl number nr (any other nr: an empty struct with a size field). */
 static void template(uint32_t *d, unsigned long nr, int planted)
 {
@@ -341,7 +361,8 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 		struct p2pbuf_provider_info *p = (void *)d;
 
 		p->size = sizeof(*p);
-		p->index = rnd() % 3;
+		p->id = fuzz_provider + rnd() % 3 - 1;
+		p->flags = rnd() % 4 == 0;
 		break;
 	}
 	case 0x02: {
@@ -349,11 +370,18 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 
 		a->size = sizeof(*a);
 		a->length = field(PAGE);
-		a->provider = rnd() % 4 == 0;
+		a->provider = rnd() % 4 ? fuzz_provider : (uint32_t)(rnd() % 3);
 		break;
 	}
 	case 0x03: {
 		struct p2pbuf_revoke *r = (void *)d;
+
+		r->size = sizeof(*r);
+		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		break;
+	}
+	case 0x04: {
+		struct p2pbuf_refusal *r = (void *)d;
 
 		r->size = sizeof(*r);
 		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
@@ -392,9 +420,9 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 
 /*
  * Fuzzes one device: iters calls with a random ioctl number (mostly the project's, nr
- * 0x00-0x1f with and without direction/size bits), a random argument (a 512-byte buffer of
- * biased fields with a random size field, or NULL, or an unmapped or kernel pointer). A
- * planted valid dma-buf fd and valid engine handles make the calls reach past the argument
+ * 0x00-0x1f as the header defines them, or with other direction/size bits, or as _IO()), a
+ * random argument (a 512-byte buffer of biased fields with a random size field, or NULL, or
+ * an unmapped or kernel pointer). A planted valid dma-buf fd and valid engine handles make the calls reach past the argument
  * checks. Copies are capped by closing the buffers they could run on: a planted buffer is
  * one page, so a copy is at most one page. Returns the number of calls that failed with an
  * errno outside the documented set.
@@ -409,6 +437,8 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 	} u;
 	int bad = 0, i;
 	int planted = dev_alloc(p2p, PAGE);
+
+	fuzz_provider = p2pbuf_first_provider(p2p);
 	static const unsigned long bad_ptrs[] = {
 		0, 1, 0xfff, 0xffff888000000000UL, 0xffffffffff600000UL, ~0UL,
 	};
@@ -416,8 +446,8 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 	if (planted < 0)
 		return 0;
 	for (i = 0; i < iters; i++) {
-		static const unsigned long real[] = { 0x00, 0x01, 0x02, 0x03, 0x10, 0x11, 0x12 };
-		unsigned long cmd, nr = rnd() % 4 ? real[rnd() % 7] : rnd() % 0x20;
+		static const unsigned long real[] = { 0x00, 0x01, 0x02, 0x03, 0x04, 0x10, 0x11, 0x12 };
+		unsigned long cmd, nr = rnd() % 4 ? real[rnd() % 8] : rnd() % 0x20;
 		void *arg = &u;
 		int ret, e;
 
@@ -428,8 +458,11 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 		case 1:
 			cmd = (unsigned long)(uint32_t)rnd();
 			break;
-		default:
+		case 2:
 			cmd = _IO(P2PBUF_IOCTL_MAGIC, nr);
+			break;
+		default:
+			cmd = real_cmd(nr);
 		}
 		if (i % 50 == 49) {
 			/* A fresh planted buffer now and then: the fuzzer may have revoked it. */

@@ -29,6 +29,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define PAGE 4096ULL
 #define GiB (1ULL << 30)
@@ -67,7 +68,7 @@ static int p2p_alloc(int dev, __u64 length, __u32 flags, __u64 *offset)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .flags = flags, .length = length };
 
-	if (ioctl(dev, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(dev, &a))
 		return -errno;
 	if (offset)
 		*offset = a.offset;
@@ -131,7 +132,7 @@ FIXTURE_SETUP(large)
 	ASSERT_GE(self->dev, 0) TH_LOG("/dev/p2pbuf: %s (exporter not loaded?)", strerror(errno));
 	memset(&self->prov, 0, sizeof(self->prov));
 	self->prov.size = sizeof(self->prov);
-	ASSERT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &self->prov));
+	ASSERT_EQ(0, p2pbuf_first_provider_info(self->dev, &self->prov));
 	if (self->prov.total < NEED_BAR) {
 		/* The large-bar boot exists for this file: a small BAR there is a lab bug. */
 		ASSERT_FALSE(suite && !strcmp(suite, "large-bar"))

@@ -29,6 +29,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define MIB (1UL << 20)
 #define LEN (2 * MIB)
@@ -240,7 +241,7 @@ static int p2p_alloc(int dev, __u64 length, __u64 *offset)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = length };
 
-	if (ioctl(dev, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(dev, &a))
 		return -errno;
 	*offset = a.offset;
 	return a.fd;
@@ -265,7 +266,7 @@ TEST_F(cmb, cmb_and_device_memory)
 	p2p = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
 	if (p2p < 0)
 		SKIP(return, "/dev/p2pbuf: %s", strerror(errno));
-	ASSERT_EQ(0, ioctl(p2p, P2PBUF_IOCTL_PROVIDER_INFO, &p));
+	ASSERT_EQ(0, p2pbuf_first_provider_info(p2p, &p));
 	snprintf(gdev, sizeof(gdev), "/sys/bus/pci/devices/%s", p.pci_name);
 	ASSERT_EQ(0, bar_range(gdev, (int)p.bar, &glo, &ghi));
 	/* Buffers at 5/8 of the BAR, where no other test of the boot puts its own. */

@@ -28,6 +28,7 @@
 
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define LEN (4UL << 20)
 #define NVME_OFF (8UL << 20)
@@ -44,7 +45,7 @@ static int p2p_alloc(int dev, __u64 length, __u64 *offset)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = length };
 
-	if (ioctl(dev, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(dev, &a))
 		return -errno;
 	*offset = a.offset;
 	return a.fd;
@@ -74,7 +75,7 @@ static int provider_bar(int dev, unsigned long long *lo, unsigned long long *hi)
 	__u32 i;
 
 	*lo = *hi = 0;
-	if (ioctl(dev, P2PBUF_IOCTL_PROVIDER_INFO, &p))
+	if (p2pbuf_first_provider_info(dev, &p))
 		return -errno;
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", p.pci_name);
 	f = fopen(path, "r");
@@ -150,7 +151,7 @@ TEST_F(nvme, device_memory_round_trip)
 	int spacer;
 
 	/* Put the buffers at 1/2 of the BAR: below exporter.c's (3/4), above later tests' ones. */
-	ASSERT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
+	ASSERT_EQ(0, p2pbuf_first_provider_info(self->dev, &p));
 	spacer = p2p_alloc(self->dev, (p.total / 2) & ~4095ULL, &spacer_off);
 	ASSERT_GE(spacer, 0);
 	fa = p2p_alloc(self->dev, LEN, &off_a);

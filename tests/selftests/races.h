@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_test.h"
 
 #define RACES_HELPER static __attribute__((unused))
 
@@ -144,13 +145,10 @@ RACES_HELPER long long pool_avail(const char *pci)
 
 RACES_HELPER int p2p_provider(int p2p, struct p2pbuf_provider_info *p)
 {
-	memset(p, 0, sizeof(*p));
-	p->size = sizeof(*p);
-	p->index = 0;
-	return ioctl(p2p, P2PBUF_IOCTL_PROVIDER_INFO, p) ? -errno : 0;
+	return p2pbuf_first_provider_info(p2p, p) ? -errno : 0;
 }
 
-/* Free bytes of provider 0 as PROVIDER_INFO reports them, or -errno. */
+/* Free bytes of the first bound provider as PROVIDER_INFO reports them, or -errno. */
 RACES_HELPER long long provider_free(int p2p)
 {
 	struct p2pbuf_provider_info p;
@@ -164,7 +162,7 @@ RACES_HELPER int dev_alloc(int p2p, __u64 len)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
 
-	if (ioctl(p2p, P2PBUF_IOCTL_ALLOC, &a))
+	if (p2pbuf_test_alloc(p2p, &a))
 		return -errno;
 	return a.fd;
 }

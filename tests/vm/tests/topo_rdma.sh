@@ -53,17 +53,18 @@ if [ "$FABRIC" = refused ]; then
 	done
 	ktap_check "the error says why: NOT_SUPPORTED, $NIC_ADDR under $NIC_RP and $GPU_ADDR under $GPU_RP meet only at the host bridge" \
 		test $ok = 1
-	sed 's/^/# debugfs: /' $DEBUGFS/providers
 	echo "# kernel log about the NIC:"
 	dmesg >/tmp/dmesg.txt
 	grep "$NIC_ADDR" /tmp/dmesg.txt | sed 's/^/#   /'
-	# p2pdma names the two devices; the exporter records its reason; p2pbuf repeats both.
+	# p2pdma names the two devices; the exporter records its reason for the buffer, which
+	# p2pbuf reads with P2PBUF_IOCTL_REFUSAL (only the refused device's record is quoted: it
+	# names $NIC_ADDR); p2pbuf repeats both.
 	klog="$NIC_ADDR: cannot be used for peer-to-peer DMA as the client and provider ($GPU_ADDR) do not share an upstream bridge"
-	if grep -q "refused $NIC_ADDR: no peer-to-peer path" $DEBUGFS/providers &&
+	if grep -q "exporter refused it; its reason (P2PBUF_IOCTL_REFUSAL, [0-9]* refusal(s) of this buffer): no peer-to-peer path" /tmp/reg.txt &&
 		grep -qF "$klog" /tmp/dmesg.txt && grep -qF "the kernel logged: virtio-pci $klog" /tmp/reg.txt; then
-		ktap_ok "the exporter recorded the refusal of $NIC_ADDR (debugfs), the kernel logged the devices without a shared bridge, and p2pbuf quotes it"
+		ktap_ok "the exporter recorded the refusal of $NIC_ADDR (P2PBUF_IOCTL_REFUSAL), the kernel logged the devices without a shared bridge, and p2pbuf quotes both"
 	else
-		ktap_fail "refusal of $NIC_ADDR: want it in debugfs p2pbuf providers, in dmesg (p2pdma) and quoted by p2pbuf"
+		ktap_fail "refusal of $NIC_ADDR: want the exporter's reason (P2PBUF_IOCTL_REFUSAL) and dmesg (p2pdma) quoted by p2pbuf"
 	fi
 	# The same rxe0 registers system memory: a udmabuf (dma-buf MR) and a host MR.
 	p2pbuf rdma reg --buf udmabuf --size 4M >/tmp/u.txt 2>&1

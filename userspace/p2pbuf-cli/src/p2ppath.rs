@@ -1,6 +1,6 @@
 //! Why an exporter of device memory refused an RDMA device: the PCI path between the NIC
 //! that an RDMA device attaches dma-bufs with and the memory's PCI device, from sysfs, and
-//! the p2pbuf exporter's own record of the refusal (its debugfs).
+//! the p2pbuf exporter's own record of the refusal (`P2PBUF_IOCTL_REFUSAL` on the buffer).
 //!
 //! rxe attaches a dma-buf with the closest PCI ancestor of its net device, so the exporter
 //! decides as it would for a hardware NIC in that slot. When the two devices share no PCIe
@@ -11,7 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use p2pbuf::Error;
+use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::verbs::errnos::EOPNOTSUPP;
 use p2pbuf_rdma::Pd;
 
@@ -101,35 +101,6 @@ pub fn rdma_device_pci(ibdev: &str) -> Option<(String, PciPath)> {
     let from_net = fs::canonicalize(Path::new("/sys/class/net").join(&netdev).join("device")).ok();
     let p = from_net.or(from_ib)?;
     Some((netdev, PciPath::from_sysfs(&p.to_string_lossy())?))
-}
-
-/// One provider of the p2pbuf exporter, as its debugfs `providers` file shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProviderRecord {
-    pub pci: String,
-    /// `(device, reason)` of recent refusals.
-    pub refusals: Vec<(String, String)>,
-}
-
-/// Parses `/sys/kernel/debug/p2pbuf/providers`: `provider N: PCI BARn ...` lines, each
-/// followed by `  refused DEV: WHY` lines.
-pub fn parse_providers(text: &str) -> Vec<ProviderRecord> {
-    let mut v: Vec<ProviderRecord> = vec![];
-    for l in text.lines() {
-        if let Some(rest) = l.strip_prefix("provider ") {
-            if let Some((_, r)) = rest.split_once(": ") {
-                v.push(ProviderRecord {
-                    pci: r.split_whitespace().next().unwrap_or("").to_string(),
-                    refusals: vec![],
-                });
-            }
-        } else if let Some(rest) = l.trim_start().strip_prefix("refused ") {
-            if let (Some(p), Some((d, why))) = (v.last_mut(), rest.split_once(": ")) {
-                p.refusals.push((d.to_string(), why.to_string()));
-            }
-        }
-    }
-    v
 }
 
 fn describe(p: &PciPath) -> String {
@@ -225,28 +196,30 @@ pub fn kernel_says(dev: &str) -> Option<String> {
     last
 }
 
-/// Why the p2pbuf exporter refused `ibdev` (EOPNOTSUPP from `ibv_reg_dmabuf_mr`), from sysfs
-/// and the exporter's debugfs, and whether the exporter recorded the refusal; None when the
-/// RDMA device has no PCI device to look at.
-pub fn explain_refusal(ibdev: &str) -> Option<(String, bool)> {
+/// Why the p2pbuf exporter refused `ibdev` (EOPNOTSUPP from `ibv_reg_dmabuf_mr` of `buf`),
+/// from sysfs and the exporter's record of the refusal (`P2PBUF_IOCTL_REFUSAL`), and whether
+/// the exporter recorded one for this device; None when the RDMA device has no PCI device to
+/// look at.
+pub fn explain_refusal(ibdev: &str, buf: &DmaBuf) -> Option<(String, bool)> {
     let (netdev, nic) = rdma_device_pci(ibdev)?;
-    let records = fs::read_to_string("/sys/kernel/debug/p2pbuf/providers")
-        .map(|t| parse_providers(&t))
-        .unwrap_or_default();
-    let refusal = records.iter().find_map(|p| {
-        p.refusals
-            .iter()
-            .rev()
-            .find(|(d, _)| *d == nic.dev)
-            .map(|(_, why)| (p.pci.clone(), why.clone()))
-    });
-    // Without the debugfs record (not mounted, not root), every provider is a candidate.
-    let mem_pci = match &refusal {
-        Some((pci, _)) => vec![pci.clone()],
-        None => p2pbuf::exporter::Exporter::open()
-            .and_then(|e| e.providers())
+    let ex = p2pbuf::exporter::Exporter::open().ok();
+    let record = ex.as_ref().and_then(|e| e.refusals(buf).ok());
+    let refusal = record
+        .as_ref()
+        .and_then(|r| r.last.as_ref())
+        .filter(|r| r.device == nic.dev)
+        .map(|r| (r.text.clone(), r.count));
+    // The buffer's provider; without the record (an old module), every provider is a candidate.
+    let mem_pci: Vec<String> = match (&ex, &record) {
+        (Some(e), Some(r)) => e
+            .provider(r.provider)
+            .map(|p| vec![p.pci_name])
+            .unwrap_or_default(),
+        (Some(e), None) => e
+            .providers()
             .map(|v| v.into_iter().map(|p| p.pci_name).collect())
             .unwrap_or_default(),
+        (None, _) => vec![],
     };
     let mut parts = vec![format!(
         "{ibdev} attaches dma-bufs with {} (the PCI device of {netdev}), and the p2pbuf exporter {} it",
@@ -257,8 +230,10 @@ pub fn explain_refusal(ibdev: &str) -> Option<(String, bool)> {
             "may have refused"
         }
     )];
-    if let Some((_, why)) = &refusal {
-        parts.push(format!("its reason (debugfs p2pbuf/providers): {why}"));
+    if let Some((why, count)) = &refusal {
+        parts.push(format!(
+            "its reason (P2PBUF_IOCTL_REFUSAL, {count} refusal(s) of this buffer): {why}"
+        ));
     }
     for m in mem_pci.iter().filter_map(|a| pci_path(a)) {
         parts.push(explain_path(&nic, &m, &cpu_model()));
@@ -282,19 +257,19 @@ pub fn explain_refusal(ibdev: &str) -> Option<(String, bool)> {
 /// EOPNOTSUPP from `ibv_reg_dmabuf_mr` of p2pbuf device memory on a kernel whose rxe has
 /// dma-buf MRs is the exporter refusing the NIC (no peer-to-peer path): say so, with the PCI
 /// path and the exporter's reason, instead of "no dma-buf MR support".
-pub fn explain_dmabuf_refusal(e: Error, pd: &Pd, exporter: &str) -> Error {
+pub fn explain_dmabuf_refusal(e: Error, pd: &Pd, buf: &DmaBuf) -> Error {
     match e {
         Error::Os {
             what,
             errno: EOPNOTSUPP,
             check,
-        } if exporter.starts_with("p2pbuf") => Error::Os {
+        } if buf.exporter().starts_with("p2pbuf") => Error::Os {
             what,
             errno: EOPNOTSUPP,
-            check: match (explain_refusal(pd.context().name()), check) {
+            check: match (explain_refusal(pd.context().name(), buf), check) {
                 (Some((why, true)), _) => Some(why),
-                // Nothing recorded (no debugfs, or a kernel whose rxe has no dma-buf MRs and
-                // never asked the exporter): both explanations.
+                // Nothing recorded (a kernel whose rxe has no dma-buf MRs and never asked the
+                // exporter): both explanations.
                 (Some((why, false)), Some(c)) => Some(format!("{c}; or else {why}")),
                 (why, c) => why.map(|w| w.0).or(c),
             },
@@ -339,16 +314,5 @@ mod tests {
         assert!(t.contains("root port 0000:00:01.0"), "{t}");
         assert!(t.contains("host bridge pci0000:00"), "{t}");
         assert!(t.contains("this CPU: AuthenticAMD family 0xf"), "{t}");
-    }
-
-    #[test]
-    fn debugfs_providers() {
-        let t = "provider 0: 0000:01:00.0 BAR2 size 1024 MiB, 1 buffer(s)\n  refused 0000:04:00.0: no peer-to-peer path (see the kernel log for the blocking bridge)\nprovider 1: 0000:02:00.0 BAR2 size 64 MiB, 0 buffer(s)\n";
-        let v = parse_providers(t);
-        assert_eq!(v.len(), 2);
-        assert_eq!(v[0].pci, "0000:01:00.0");
-        assert_eq!(v[0].refusals[0].0, "0000:04:00.0");
-        assert!(v[0].refusals[0].1.starts_with("no peer-to-peer path"));
-        assert!(v[1].refusals.is_empty());
     }
 }

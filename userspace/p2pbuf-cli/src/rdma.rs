@@ -376,7 +376,7 @@ fn register(pd: &Pd, mem: Memory, b: &BufArgs) -> p2pbuf::Result<Registered> {
                 .unwrap_or_else(|| d.size().saturating_sub(offset) as usize);
             let mr = pd
                 .reg_dmabuf_mr(offset, len, iova, d.as_fd(), b.access)
-                .map_err(|e| crate::p2ppath::explain_dmabuf_refusal(e, pd, d.exporter()))?;
+                .map_err(|e| crate::p2ppath::explain_dmabuf_refusal(e, pd, &d))?;
             RegMr::DmaBuf {
                 mr,
                 buf: Some(d),

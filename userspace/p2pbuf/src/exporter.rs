@@ -28,16 +28,17 @@ pub const DEVICE: &str = "/dev/p2pbuf";
 pub struct ExporterInfo {
     /// `P2PBUF_API_VERSION` of the module.
     pub api_version: u32,
-    /// Number of providers (BARs) it manages.
+    /// Number of bound providers (BARs) it manages.
     pub nr_providers: u32,
 }
 
 /// One p2pdma provider, a PCI BAR (`P2PBUF_IOCTL_PROVIDER_INFO`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Provider {
-    /// Index to allocate from.
-    pub index: u32,
-    /// PCI name of the device, e.g. `0000:03:00.0`.
+    /// Stable id to allocate from: given when the device was bound, never reused (a rebound
+    /// device gets a new one); an id whose device is gone answers [`Provider::gone`].
+    pub id: u32,
+    /// PCI name of the device, e.g. `0000:03:00.0` (empty for an id whose device is gone).
     pub pci_name: String,
     /// BAR number.
     pub bar: u32,
@@ -53,12 +54,44 @@ pub struct Provider {
     pub gone: bool,
 }
 
+/// Why the exporter refused an importing device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// No peer-to-peer path between the provider and the device (`P2PBUF_REFUSAL_NO_P2P_PATH`).
+    NoP2pPath,
+    /// A code this library does not know (a newer module).
+    Other(u32),
+}
+
+/// The last importing device the exporter refused for a buffer (`P2PBUF_IOCTL_REFUSAL`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// Name of the refused device (a PCI address for a PCI device).
+    pub device: String,
+    /// Why, as a code.
+    pub reason: RefusalReason,
+    /// Why, in words.
+    pub text: String,
+    /// Attachments refused for this buffer so far.
+    pub count: u64,
+}
+
+/// What `P2PBUF_IOCTL_REFUSAL` says of a buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BufferRefusals {
+    /// Id of the buffer's provider.
+    pub provider: u32,
+    /// The latest refusal, if any.
+    pub last: Option<Refusal>,
+}
+
 /// A buffer allocated from a provider.
 #[derive(Debug)]
 pub struct Allocation {
     /// The dma-buf (opened read-write, close-on-exec).
     pub buf: DmaBuf,
-    /// Provider it came from.
+    /// Id of the provider it came from.
     pub provider: u32,
     /// Where it starts inside the BAR (diagnostics and tests).
     pub offset: u64,
@@ -184,19 +217,35 @@ mod imp {
             })
         }
 
-        /// `P2PBUF_IOCTL_PROVIDER_INFO` for provider `index`.
-        pub fn provider(&self, index: u32) -> Result<Provider> {
+        /// `P2PBUF_IOCTL_PROVIDER_INFO` for provider `id`: also answers for an id whose
+        /// device was unbound (with [`Provider::gone`] set).
+        pub fn provider(&self, id: u32) -> Result<Provider> {
+            self.provider_info(id, 0)
+        }
+
+        /// The bound provider with the smallest id of `id` or more (`P2PBUF_PROVIDER_INFO_NEXT`),
+        /// or None.
+        pub fn next_provider(&self, id: u32) -> Result<Option<Provider>> {
+            match self.provider_info(id, uapi::P2PBUF_PROVIDER_INFO_NEXT) {
+                Ok(p) => Ok(Some(p)),
+                Err(e) if e.errno() == Some(rustix::io::Errno::NOENT.raw_os_error()) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+
+        fn provider_info(&self, id: u32, flags: u32) -> Result<Provider> {
             let mut a = uapi::p2pbuf_provider_info {
                 size: size_of::<uapi::p2pbuf_provider_info>(),
-                index,
+                id,
+                flags,
                 ..Default::default()
             };
             sys::p2pbuf_provider_info(self.dev.as_fd(), &mut a).map_err(|e| {
                 ioctl_error(
                     self,
-                    format!("P2PBUF_IOCTL_PROVIDER_INFO(index {index})"),
+                    format!("P2PBUF_IOCTL_PROVIDER_INFO(id {id})"),
                     e,
-                    "ENOENT: no provider with that index (see P2PBUF_IOCTL_INFO's nr_providers)",
+                    "ENOENT: no provider was ever bound with that id (list them with `p2pbuf info`)",
                 )
             })?;
             let name: Vec<u8> = a
@@ -206,26 +255,34 @@ mod imp {
                 .map(|c| *c as u8)
                 .collect();
             Ok(Provider {
-                index,
+                id: a.id,
                 pci_name: String::from_utf8_lossy(&name).into_owned(),
                 bar: a.bar,
                 bar_size: a.bar_size,
                 total: a.total,
                 free: a.free,
-                published: a.flags & uapi::P2PBUF_PROVIDER_PUBLISHED != 0,
-                gone: a.flags & uapi::P2PBUF_PROVIDER_GONE != 0,
+                published: a.state & uapi::P2PBUF_PROVIDER_PUBLISHED != 0,
+                gone: a.state & uapi::P2PBUF_PROVIDER_GONE != 0,
             })
         }
 
-        /// Every provider.
+        /// Every bound provider, in id order.
         pub fn providers(&self) -> Result<Vec<Provider>> {
-            (0..self.info()?.nr_providers)
-                .map(|i| self.provider(i))
-                .collect()
+            let mut v = vec![];
+            let mut id = 1;
+            while let Some(p) = self.next_provider(id)? {
+                id = p.id.saturating_add(1);
+                let last = p.id == u32::MAX;
+                v.push(p);
+                if last {
+                    break;
+                }
+            }
+            Ok(v)
         }
 
         /// `P2PBUF_IOCTL_ALLOC`: `length` bytes (a non-zero multiple of the page size) from
-        /// provider `provider`, as a dma-buf, zeroed.
+        /// the provider with id `provider`, as a dma-buf, zeroed.
         pub fn alloc(&self, provider: u32, length: u64) -> Result<Allocation> {
             self.alloc_with(provider, length, false)
         }
@@ -257,13 +314,52 @@ mod imp {
                     self,
                     format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
                     e,
-                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free (p2pbuf info of the providers); EPERM: uninitialized memory needs CAP_SYS_RAWIO; EINVAL for it too: an exporter older than the flag",
+                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
                 )
             })?;
             Ok(Allocation {
                 buf: DmaBuf::from_fd(fd)?,
                 provider,
                 offset: a.offset,
+            })
+        }
+
+        /// `P2PBUF_IOCTL_REFUSAL`: the buffer's provider and the last importing device the
+        /// exporter refused for `buf` (a p2pbuf dma-buf), with the reason.
+        pub fn refusals(&self, buf: &DmaBuf) -> Result<BufferRefusals> {
+            let mut a = uapi::p2pbuf_refusal {
+                size: size_of::<uapi::p2pbuf_refusal>(),
+                fd: std::os::fd::AsRawFd::as_raw_fd(buf),
+                ..Default::default()
+            };
+            sys::p2pbuf_refusal(self.dev.as_fd(), &mut a).map_err(|e| {
+                ioctl_error(
+                    self,
+                    format!("P2PBUF_IOCTL_REFUSAL(dma-buf fd {})", a.fd),
+                    e,
+                    "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
+                )
+            })?;
+            let text = |b: &[std::ffi::c_char]| {
+                let v: Vec<u8> = b
+                    .iter()
+                    .take_while(|c| **c != 0)
+                    .map(|c| *c as u8)
+                    .collect();
+                String::from_utf8_lossy(&v).into_owned()
+            };
+            let last = (a.reason != uapi::P2PBUF_REFUSAL_NONE).then(|| Refusal {
+                device: text(&a.device),
+                reason: match a.reason {
+                    uapi::P2PBUF_REFUSAL_NO_P2P_PATH => RefusalReason::NoP2pPath,
+                    r => RefusalReason::Other(r),
+                },
+                text: text(&a.text),
+                count: a.nr_refused,
+            });
+            Ok(BufferRefusals {
+                provider: a.provider,
+                last,
             })
         }
 
@@ -295,8 +391,13 @@ impl Exporter {
         match self.never {}
     }
 
-    /// `P2PBUF_IOCTL_PROVIDER_INFO` for provider `index`.
-    pub fn provider(&self, _index: u32) -> Result<Provider> {
+    /// `P2PBUF_IOCTL_PROVIDER_INFO` for provider `id`.
+    pub fn provider(&self, _id: u32) -> Result<Provider> {
+        match self.never {}
+    }
+
+    /// The bound provider with the smallest id of `id` or more.
+    pub fn next_provider(&self, _id: u32) -> Result<Option<Provider>> {
         match self.never {}
     }
 
@@ -324,6 +425,11 @@ impl Exporter {
     pub fn revoke(&self, _buf: &DmaBuf) -> Result<()> {
         match self.never {}
     }
+
+    /// `P2PBUF_IOCTL_REFUSAL`.
+    pub fn refusals(&self, _buf: &DmaBuf) -> Result<BufferRefusals> {
+        match self.never {}
+    }
 }
 
 /// Whether this library was built with the exporter's uAPI.
@@ -344,7 +450,7 @@ pub fn alloc_with(length: u64, uninitialized: bool) -> Result<Allocation> {
     let length = length.max(1).div_ceil(page) * page;
     let providers = ex.providers()?;
     match providers.iter().find(|p| !p.gone && p.free >= length) {
-        Some(p) => ex.alloc_with(p.index, length, uninitialized),
+        Some(p) => ex.alloc_with(p.id, length, uninitialized),
         None => Err(Error::unavailable(
             format!("allocating {length} bytes from {}", ex.path().display()),
             if providers.is_empty() {

@@ -11,6 +11,21 @@
  * of the struct upwards; bytes past the end of the kernel's own struct must be zero
  * (-E2BIG otherwise), so the structs can grow at the end. Flags fields reject unknown bits
  * with -EINVAL.
+ *
+ * The ioctl numbers are _IOWR()/_IOW() of the struct each one passes, so that strace and
+ * other decoders know the argument. The size encoded in a number is that of the struct's
+ * first version and stays so when the struct grows (the @size field, not the number, says
+ * which version a caller has); the kernel matches the whole number, so an ioctl number of
+ * any other direction or size gets -ENOTTY.
+ *
+ * Errors every ioctl of both devices can return: -EFAULT for a bad argument pointer,
+ * -EINVAL for a @size below the first version's, -E2BIG for a non-zero tail past the
+ * kernel's struct, -ENOTTY for an unknown ioctl number.
+ *
+ * Ioctl magic 0xBB, numbers 0x00-0x1F. The exporter is out of tree; the line it would add
+ * to Documentation/userspace-api/ioctl/ioctl-number.rst (between 0xBA and 0xC0) is:
+ *
+ *   0xBB  00-1F  uapi/linux/p2pbuf.h                                       p2pbuf dma-buf exporter and DMA-engine importer
  */
 #ifndef _UAPI_LINUX_P2PBUF_H
 #define _UAPI_LINUX_P2PBUF_H
@@ -18,7 +33,7 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define P2PBUF_API_VERSION 1
+#define P2PBUF_API_VERSION 2
 #define P2PBUF_IOCTL_MAGIC 0xBB
 #define P2PBUF_PCI_NAME_LEN 32
 
@@ -26,8 +41,9 @@
  * struct p2pbuf_info - what the exporter offers
  * @size: in: sizeof(struct p2pbuf_info)
  * @api_version: out: P2PBUF_API_VERSION
- * @nr_providers: out: number of providers; query each with P2PBUF_IOCTL_PROVIDER_INFO
- * @flags: in: must be 0
+ * @nr_providers: out: number of bound providers; list them with P2PBUF_IOCTL_PROVIDER_INFO
+ *	and P2PBUF_PROVIDER_INFO_NEXT
+ * @flags: in: must be 0 (-EINVAL otherwise)
  */
 struct p2pbuf_info {
 	__u32 size;
@@ -36,27 +52,52 @@ struct p2pbuf_info {
 	__u32 flags;
 };
 
+/*
+ * Providers are named by an id that the exporter gives each one when its device is bound:
+ * ids start at 1, only grow, and are never reused while the module is loaded. An id kept by
+ * userspace therefore names the same device or none: once that device is unbound, ALLOC with
+ * the id fails with -ENODEV (it never reaches a device bound later) and PROVIDER_INFO
+ * answers P2PBUF_PROVIDER_GONE. An id that was never given out (0 included) is -ENOENT.
+ * Rebinding a device gives it a new id; its PCI name (@pci_name) stays.
+ */
+
+/* State bits (struct p2pbuf_provider_info.state). */
 /* The provider's memory is published for other p2pdma users too (pci_p2pmem_publish). */
 #define P2PBUF_PROVIDER_PUBLISHED (1U << 0)
-/* The provider was unbound: it allocates nothing and its buffers are revoked. */
+/*
+ * The provider's device was unbound: it allocates nothing (-ENODEV) and its buffers are
+ * revoked. Answered for the id of an unbound provider (with every other out field 0), and
+ * for a provider in the middle of its unbind.
+ */
 #define P2PBUF_PROVIDER_GONE (1U << 1)
+
+/* Flags of P2PBUF_IOCTL_PROVIDER_INFO (struct p2pbuf_provider_info.flags). */
+/* Answer for the bound provider with the smallest id >= @id instead (-ENOENT if none). */
+#define P2PBUF_PROVIDER_INFO_NEXT (1U << 0)
 
 /**
  * struct p2pbuf_provider_info - one p2pdma provider (a PCI BAR)
  * @size: in: sizeof(struct p2pbuf_provider_info)
- * @index: in: which provider, 0 to nr_providers - 1; -ENOENT past the last
+ * @id: in: the provider's id (-ENOENT for an id never given out); with
+ *	P2PBUF_PROVIDER_INFO_NEXT, where to start looking (1, then the last id + 1, lists
+ *	every bound provider). out: the id answered for
+ * @flags: in: 0 or P2PBUF_PROVIDER_INFO_NEXT (-EINVAL for other bits)
+ * @state: out: P2PBUF_PROVIDER_* bits
  * @bar: out: the BAR number of the device
- * @flags: out: P2PBUF_PROVIDER_* bits
+ * @reserved: in: must be 0 (-EINVAL otherwise); out: 0
  * @bar_size: out: size of the BAR in bytes
  * @total: out: bytes of the BAR registered as p2pdma memory
  * @free: out: bytes of @total not allocated now
- * @pci_name: out: NUL-terminated PCI name of the device, e.g. "0000:03:00.0"
+ * @pci_name: out: NUL-terminated PCI name of the device, e.g. "0000:03:00.0" (empty for
+ *	the id of an unbound provider)
  */
 struct p2pbuf_provider_info {
 	__u32 size;
-	__u32 index;
-	__u32 bar;
+	__u32 id;
 	__u32 flags;
+	__u32 state;
+	__u32 bar;
+	__u32 reserved;
 	__u64 bar_size;
 	__u64 total;
 	__u64 free;
@@ -79,7 +120,8 @@ struct p2pbuf_provider_info {
  * @flags: in: 0 or P2PBUF_ALLOC_UNINITIALIZED (other bits: -EINVAL)
  * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
  *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free
- * @provider: in: provider index
+ * @provider: in: provider id (see above): -ENODEV once its device is unbound, -ENOENT for
+ *	an id never given out
  * @fd: out: the dma-buf, opened O_RDWR | O_CLOEXEC
  * @offset: out: where the buffer starts inside the BAR (for diagnostics and tests; the
  *	memory is zeroed before it is handed out)
@@ -97,8 +139,11 @@ struct p2pbuf_alloc {
  * struct p2pbuf_revoke - revoke a buffer: importers are told (invalidate_mappings), their
  *	mappings are torn down, later maps fail with -ENODEV, CPU mappings are zapped
  * @size: in: sizeof(struct p2pbuf_revoke)
- * @fd: in: a dma-buf fd exported by p2pbuf (-EINVAL for any other fd)
- * @flags: in: must be 0
+ * @fd: in: a dma-buf fd exported by p2pbuf; -EBADF if @fd is not an open fd, -EINVAL if it
+ *	is an fd of anything else (another exporter's dma-buf, a regular file, ...)
+ * @flags: in: must be 0 (-EINVAL otherwise)
+ *
+ * Revoking a revoked buffer again succeeds and does nothing.
  */
 struct p2pbuf_revoke {
 	__u32 size;
@@ -106,10 +151,57 @@ struct p2pbuf_revoke {
 	__u64 flags;
 };
 
-#define P2PBUF_IOCTL_INFO		_IO(P2PBUF_IOCTL_MAGIC, 0x00)
-#define P2PBUF_IOCTL_PROVIDER_INFO	_IO(P2PBUF_IOCTL_MAGIC, 0x01)
-#define P2PBUF_IOCTL_ALLOC		_IO(P2PBUF_IOCTL_MAGIC, 0x02)
-#define P2PBUF_IOCTL_REVOKE		_IO(P2PBUF_IOCTL_MAGIC, 0x03)
+/* Why the exporter refused an importing device (struct p2pbuf_refusal.reason). */
+/* No importing device of this buffer was refused. */
+#define P2PBUF_REFUSAL_NONE		0U
+/*
+ * The PCI topology has no peer-to-peer path between the provider and the importing device
+ * (p2pdma map type NOT_SUPPORTED: they share no PCIe switch, and the host bridge is not one
+ * p2pdma allows). The kernel log names the devices; a common switch, or a CPU/host bridge
+ * that p2pdma allows, fixes it.
+ */
+#define P2PBUF_REFUSAL_NO_P2P_PATH	1U
+
+#define P2PBUF_DEVICE_NAME_LEN	64
+#define P2PBUF_REASON_LEN	128
+
+/**
+ * struct p2pbuf_refusal - the last importing device the exporter refused for a buffer
+ * @size: in: sizeof(struct p2pbuf_refusal)
+ * @fd: in: a dma-buf fd exported by p2pbuf; -EBADF if @fd is not an open fd, -EINVAL if it
+ *	is an fd of anything else (or of a buffer whose provider was unbound)
+ * @flags: in: must be 0 (-EINVAL otherwise)
+ * @reason: out: P2PBUF_REFUSAL_* of the latest refusal; P2PBUF_REFUSAL_NONE when there was
+ *	none (@device and @text are then empty)
+ * @nr_refused: out: attachments to this buffer the exporter refused so far
+ * @provider: out: id of the buffer's provider (for P2PBUF_IOCTL_PROVIDER_INFO)
+ * @reserved: in: must be 0 (-EINVAL otherwise); out: 0
+ * @device: out: NUL-terminated name of the refused device (dev_name(), for a PCI device its
+ *	address, e.g. "0000:04:00.0"), cut to P2PBUF_DEVICE_NAME_LEN - 1 bytes
+ * @text: out: NUL-terminated reason in words, for messages; programs test @reason
+ *
+ * The importer itself got -EOPNOTSUPP from its attach (ibv_reg_dmabuf_mr(), the DMA engine's
+ * P2PBUF_DMA_IOCTL_IMPORT, ...); this says which device and why. Only the exporter's own
+ * decision is recorded: importers that dma-buf refuses before asking it (not allowing
+ * peer-to-peer, pinned and not revocable, a revoked buffer) are not.
+ */
+struct p2pbuf_refusal {
+	__u32 size;
+	__s32 fd;
+	__u32 flags;
+	__u32 reason;
+	__u64 nr_refused;
+	__u32 provider;
+	__u32 reserved;
+	char device[P2PBUF_DEVICE_NAME_LEN];
+	char text[P2PBUF_REASON_LEN];
+};
+
+#define P2PBUF_IOCTL_INFO		_IOWR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info)
+#define P2PBUF_IOCTL_PROVIDER_INFO	_IOWR(P2PBUF_IOCTL_MAGIC, 0x01, struct p2pbuf_provider_info)
+#define P2PBUF_IOCTL_ALLOC		_IOWR(P2PBUF_IOCTL_MAGIC, 0x02, struct p2pbuf_alloc)
+#define P2PBUF_IOCTL_REVOKE		_IOW(P2PBUF_IOCTL_MAGIC, 0x03, struct p2pbuf_revoke)
+#define P2PBUF_IOCTL_REFUSAL		_IOWR(P2PBUF_IOCTL_MAGIC, 0x04, struct p2pbuf_refusal)
 
 /*
  * The DMA engine importer: /dev/p2pbuf-dma (root-only), from the p2pbuf_importer module.
@@ -214,8 +306,8 @@ struct p2pbuf_dma_copy {
 	__u32 nr_transfers;
 };
 
-#define P2PBUF_DMA_IOCTL_IMPORT		_IO(P2PBUF_IOCTL_MAGIC, 0x10)
-#define P2PBUF_DMA_IOCTL_RELEASE	_IO(P2PBUF_IOCTL_MAGIC, 0x11)
-#define P2PBUF_DMA_IOCTL_COPY		_IO(P2PBUF_IOCTL_MAGIC, 0x12)
+#define P2PBUF_DMA_IOCTL_IMPORT		_IOWR(P2PBUF_IOCTL_MAGIC, 0x10, struct p2pbuf_dma_import)
+#define P2PBUF_DMA_IOCTL_RELEASE	_IOW(P2PBUF_IOCTL_MAGIC, 0x11, struct p2pbuf_dma_release)
+#define P2PBUF_DMA_IOCTL_COPY		_IOWR(P2PBUF_IOCTL_MAGIC, 0x12, struct p2pbuf_dma_copy)
 
 #endif /* _UAPI_LINUX_P2PBUF_H */

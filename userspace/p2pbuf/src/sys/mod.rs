@@ -178,12 +178,25 @@ const P2PBUF_IOCTL_PROVIDER_INFO: Opcode = uapi::P2PBUF_REQUEST_PROVIDER_INFO as
 const P2PBUF_IOCTL_ALLOC: Opcode = uapi::P2PBUF_REQUEST_ALLOC as Opcode;
 #[cfg(p2pbuf_uapi)]
 const P2PBUF_IOCTL_REVOKE: Opcode = uapi::P2PBUF_REQUEST_REVOKE as Opcode;
-// The header's `_IO(P2PBUF_IOCTL_MAGIC, nr)`: no size or direction in the number (the
-// structs carry their size), so rustix's "none" encoding of the same magic must agree.
 #[cfg(p2pbuf_uapi)]
-const _: () = assert!(
-    opcode::none(uapi::P2PBUF_IOCTL_MAGIC as u8, P2PBUF_IOCTL_INFO as u8) == P2PBUF_IOCTL_INFO
-);
+const P2PBUF_IOCTL_REFUSAL: Opcode = uapi::P2PBUF_REQUEST_REFUSAL as Opcode;
+// The header's `_IOWR`/`_IOW(P2PBUF_IOCTL_MAGIC, nr, struct ...)`: direction and the size of
+// the struct's first version in the number; rustix's encoding of the same must agree (this
+// also checks that the generated structs have the sizes the numbers were made with).
+#[cfg(p2pbuf_uapi)]
+const _: () = {
+    const M: u8 = uapi::P2PBUF_IOCTL_MAGIC as u8;
+    assert!(opcode::read_write::<uapi::p2pbuf_info>(M, 0x00) == P2PBUF_IOCTL_INFO);
+    assert!(
+        opcode::read_write::<uapi::p2pbuf_provider_info>(M, 0x01) == P2PBUF_IOCTL_PROVIDER_INFO
+    );
+    assert!(opcode::read_write::<uapi::p2pbuf_alloc>(M, 0x02) == P2PBUF_IOCTL_ALLOC);
+    assert!(opcode::write::<uapi::p2pbuf_revoke>(M, 0x03) == P2PBUF_IOCTL_REVOKE);
+    assert!(opcode::read_write::<uapi::p2pbuf_refusal>(M, 0x04) == P2PBUF_IOCTL_REFUSAL);
+    assert!(opcode::read_write::<uapi::p2pbuf_dma_import>(M, 0x10) == P2PBUF_DMA_IOCTL_IMPORT);
+    assert!(opcode::write::<uapi::p2pbuf_dma_release>(M, 0x11) == P2PBUF_DMA_IOCTL_RELEASE);
+    assert!(opcode::read_write::<uapi::p2pbuf_dma_copy>(M, 0x12) == P2PBUF_DMA_IOCTL_COPY);
+};
 
 /// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_INFO, &info)`.
 #[cfg(p2pbuf_uapi)]
@@ -245,6 +258,21 @@ pub(crate) fn p2pbuf_revoke(
         rustix::ioctl::ioctl(
             dev,
             rustix::ioctl::Updater::<P2PBUF_IOCTL_REVOKE, _>::new(arg),
+        )
+    }
+}
+
+/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REFUSAL, &refusal)`.
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn p2pbuf_refusal(
+    dev: BorrowedFd<'_>,
+    arg: &mut uapi::p2pbuf_refusal,
+) -> Result<(), Errno> {
+    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_refusal`.
+    unsafe {
+        rustix::ioctl::ioctl(
+            dev,
+            rustix::ioctl::Updater::<P2PBUF_IOCTL_REFUSAL, _>::new(arg),
         )
     }
 }
