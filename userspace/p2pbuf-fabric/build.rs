@@ -83,7 +83,12 @@ fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rustc-check-cfg=cfg(p2pbuf_fabric)");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let inc = match headers() {
+    let inc = match p2pbuf_build::find_headers(
+        "libfabric",
+        HEADERS,
+        "P2PBUF_FABRIC_ROOT",
+        "build/libfabric-root",
+    ) {
         Ok(i) => i,
         Err(why) => {
             println!("cargo::warning=p2pbuf-fabric: {why}; building without libfabric (run `cargo xtask libfabric`)");
@@ -105,50 +110,6 @@ fn main() {
     }
 }
 
-fn cache_dir() -> Option<PathBuf> {
-    let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty());
-    if let Some(c) = nonempty("P2PBUF_CACHE") {
-        return Some(PathBuf::from(c));
-    }
-    if let Some(x) = nonempty("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(x).join("p2pbuf"));
-    }
-    nonempty("HOME").map(|h| PathBuf::from(h).join(".cache/p2pbuf"))
-}
-
-/// The include directory with `rdma/fabric.h` and the rest.
-fn headers() -> Result<PathBuf, String> {
-    let has = |inc: &Path| HEADERS.iter().all(|h| inc.join(h).exists());
-    let mut tried = vec![];
-    if let Some(r) = std::env::var_os("P2PBUF_FABRIC_ROOT").filter(|s| !s.is_empty()) {
-        tried.push(PathBuf::from(r).join("usr/include"));
-    }
-    if let Some(c) = cache_dir() {
-        tried.push(c.join("build/libfabric-root/usr/include"));
-    }
-    tried.push(PathBuf::from("/usr/include"));
-    tried.iter().find(|i| has(i)).cloned().ok_or_else(|| {
-        format!(
-            "no libfabric headers (looked in {})",
-            tried
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })
-}
-
-/// The wheel's libclang has no resource headers (stddef.h and friends): use the C compiler's.
-fn compiler_include() -> Option<String> {
-    let out = std::process::Command::new("cc")
-        .arg("-print-file-name=include")
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    Path::new(&p).join("stddef.h").exists().then_some(p)
-}
-
 fn builder(header: &Path, inc: &Path) -> bindgen::Builder {
     let mut b = bindgen::Builder::default()
         .header(header.display().to_string())
@@ -158,22 +119,14 @@ fn builder(header: &Path, inc: &Path) -> bindgen::Builder {
         .generate_comments(false)
         .layout_tests(false)
         .formatter(bindgen::Formatter::Prettyplease);
-    if let Some(ci) = compiler_include() {
+    if let Some(ci) = p2pbuf_build::compiler_include() {
         b = b.clang_arg(format!("-isystem{ci}"));
     }
     b
 }
 
 fn generate(inc: &Path, out: &Path) -> Result<(), String> {
-    if std::env::var_os("LIBCLANG_PATH").is_none() {
-        if let Some(c) = cache_dir() {
-            let d = c.join("tools/libclang/libclang-18.1.1.data/platlib/clang/native");
-            if d.join("libclang.so").exists() {
-                // Read by clang-sys when bindgen loads libclang below.
-                std::env::set_var("LIBCLANG_PATH", d);
-            }
-        }
-    }
+    p2pbuf_build::use_cached_libclang();
     let header = out.join("p2pbuf_fabric.h");
     let text: String = HEADERS
         .iter()

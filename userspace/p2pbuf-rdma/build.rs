@@ -102,7 +102,12 @@ fn main() {
     let pregenerated = manifest.join("src/ffi/pregenerated");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
 
-    let origin = match headers() {
+    let origin = match p2pbuf_build::find_headers(
+        "rdma-core",
+        &["infiniband/verbs.h", "rdma/rdma_cma.h"],
+        "P2PBUF_RDMA_ROOT",
+        "build/rdma-root",
+    ) {
         Err(why) => Err(why),
         Ok(root) => {
             for h in ["infiniband/verbs.h", "rdma/rdma_cma.h"] {
@@ -134,65 +139,6 @@ fn main() {
     println!("cargo::rustc-env=P2PBUF_RDMA_BINDINGS={origin}");
 }
 
-fn cache_dir() -> Option<PathBuf> {
-    let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty());
-    if let Some(c) = nonempty("P2PBUF_CACHE") {
-        return Some(PathBuf::from(c));
-    }
-    if let Some(x) = nonempty("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(x).join("p2pbuf"));
-    }
-    nonempty("HOME").map(|h| PathBuf::from(h).join(".cache/p2pbuf"))
-}
-
-/// The include directory with `infiniband/verbs.h` and `rdma/rdma_cma.h`.
-fn headers() -> Result<PathBuf, String> {
-    let has = |inc: &Path| {
-        inc.join("infiniband/verbs.h").exists() && inc.join("rdma/rdma_cma.h").exists()
-    };
-    if let Some(r) = std::env::var_os("P2PBUF_RDMA_ROOT").filter(|s| !s.is_empty()) {
-        let inc = PathBuf::from(r).join("usr/include");
-        if has(&inc) {
-            return Ok(inc);
-        }
-        println!(
-            "cargo::warning=p2pbuf-rdma: P2PBUF_RDMA_ROOT is set but {} has no infiniband/verbs.h and rdma/rdma_cma.h",
-            inc.display()
-        );
-    }
-    let mut tried = vec![];
-    if let Some(c) = cache_dir() {
-        let inc = c.join("build/rdma-root/usr/include");
-        if has(&inc) {
-            return Ok(inc);
-        }
-        tried.push(inc);
-    }
-    let sys = PathBuf::from("/usr/include");
-    if has(&sys) {
-        return Ok(sys);
-    }
-    tried.push(sys);
-    Err(format!(
-        "no rdma-core headers (looked in {})",
-        tried
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
-}
-
-/// The wheel's libclang has no resource headers (stddef.h and friends): use the C compiler's.
-fn compiler_include() -> Option<String> {
-    let out = std::process::Command::new("cc")
-        .arg("-print-file-name=include")
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    Path::new(&p).join("stddef.h").exists().then_some(p)
-}
-
 fn builder(inc: &Path) -> bindgen::Builder {
     let mut b = bindgen::Builder::default()
         .header_contents(
@@ -206,22 +152,14 @@ fn builder(inc: &Path) -> bindgen::Builder {
         .generate_comments(false)
         .layout_tests(false)
         .formatter(bindgen::Formatter::Prettyplease);
-    if let Some(ci) = compiler_include() {
+    if let Some(ci) = p2pbuf_build::compiler_include() {
         b = b.clang_arg(format!("-isystem{ci}"));
     }
     b
 }
 
 fn generate(inc: &Path, out: &Path) -> Result<(), String> {
-    if std::env::var_os("LIBCLANG_PATH").is_none() {
-        if let Some(c) = cache_dir() {
-            let d = c.join("tools/libclang/libclang-18.1.1.data/platlib/clang/native");
-            if d.join("libclang.so").exists() {
-                // Read by clang-sys when bindgen loads libclang below.
-                std::env::set_var("LIBCLANG_PATH", d);
-            }
-        }
-    }
+    p2pbuf_build::use_cached_libclang();
     let mut verbs = builder(inc).dynamic_library_name("Ibverbs");
     for f in IBV_FUNCTIONS {
         verbs = verbs.allowlist_function(f);

@@ -39,27 +39,8 @@ fn main() {
     println!("cargo::rustc-env=P2PBUF_NO_UAPI={why}");
 }
 
-fn cache_dir() -> Option<PathBuf> {
-    let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty());
-    if let Some(c) = nonempty("P2PBUF_CACHE") {
-        return Some(PathBuf::from(c));
-    }
-    if let Some(x) = nonempty("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(x).join("p2pbuf"));
-    }
-    nonempty("HOME").map(|h| PathBuf::from(h).join(".cache/p2pbuf"))
-}
-
 fn generate(header: &Path, out: &Path) -> Result<(), String> {
-    if std::env::var_os("LIBCLANG_PATH").is_none() {
-        if let Some(c) = cache_dir() {
-            let d = c.join("tools/libclang/libclang-18.1.1.data/platlib/clang/native");
-            if d.join("libclang.so").exists() {
-                // Read by clang-sys when bindgen loads libclang below.
-                std::env::set_var("LIBCLANG_PATH", d);
-            }
-        }
-    }
+    p2pbuf_build::use_cached_libclang();
     let wrapper = format!(
         "#include \"{}\"\n\
          enum p2pbuf_ioctl_request {{\n\

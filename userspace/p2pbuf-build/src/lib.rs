@@ -1,0 +1,124 @@
+//! What the build scripts of the p2pbuf crates share.
+//!
+//! `p2pbuf`, `p2pbuf-rdma` and `p2pbuf-fabric` generate bindings with bindgen against headers
+//! that `cargo xtask` stages in its cache (rdma-core, libfabric) or that the repository carries
+//! (the exporter's uAPI). Finding the cache, the include directory with a library's headers, the
+//! libclang that `cargo xtask setup` installs and the C compiler's own headers is the same for
+//! all three, and lives here.
+//!
+//! ```no_run
+//! // In a build script:
+//! let inc = p2pbuf_build::find_headers(
+//!     "rdma-core",
+//!     &["infiniband/verbs.h", "rdma/rdma_cma.h"],
+//!     "P2PBUF_RDMA_ROOT",
+//!     "build/rdma-root",
+//! );
+//! p2pbuf_build::use_cached_libclang();
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// Where the wheel that `cargo xtask setup` installs keeps `libclang.so`, below the cache.
+pub const LIBCLANG_DIR: &str = "tools/libclang/libclang-18.1.1.data/platlib/clang/native";
+
+/// The lab's cache directory: `$P2PBUF_CACHE`, else `$XDG_CACHE_HOME/p2pbuf`, else
+/// `~/.cache/p2pbuf` (the same rule as `cargo xtask`).
+pub fn cache_dir() -> Option<PathBuf> {
+    let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty());
+    if let Some(c) = nonempty("P2PBUF_CACHE") {
+        return Some(PathBuf::from(c));
+    }
+    if let Some(x) = nonempty("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(x).join("p2pbuf"));
+    }
+    nonempty("HOME").map(|h| PathBuf::from(h).join(".cache/p2pbuf"))
+}
+
+/// The include directory that has every one of `headers` (paths relative to it).
+///
+/// Looks, in this order, in `$<root_env>/usr/include` (a staging root named explicitly; a build
+/// warning says when it lacks the headers), `<cache>/<staged>/usr/include` (what `cargo xtask`
+/// built) and `/usr/include`. The error lists where it looked, for a build warning.
+pub fn find_headers(
+    what: &str,
+    headers: &[&str],
+    root_env: &str,
+    staged: &str,
+) -> Result<PathBuf, String> {
+    let has = |inc: &Path| headers.iter().all(|h| inc.join(h).exists());
+    let mut tried = vec![];
+    if let Some(r) = std::env::var_os(root_env).filter(|s| !s.is_empty()) {
+        let inc = PathBuf::from(r).join("usr/include");
+        if has(&inc) {
+            return Ok(inc);
+        }
+        println!(
+            "cargo::warning={root_env} is set but {} lacks {}",
+            inc.display(),
+            headers.join(", ")
+        );
+        tried.push(inc);
+    }
+    if let Some(c) = cache_dir() {
+        tried.push(c.join(staged).join("usr/include"));
+    }
+    tried.push(PathBuf::from("/usr/include"));
+    if let Some(inc) = tried.iter().find(|i| has(i)) {
+        return Ok(inc.clone());
+    }
+    Err(format!(
+        "no {what} headers (looked in {})",
+        tried
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Points bindgen (through clang-sys) at the libclang in the cache, unless `LIBCLANG_PATH` is
+/// already set or the cache has none.
+pub fn use_cached_libclang() {
+    if std::env::var_os("LIBCLANG_PATH").is_some() {
+        return;
+    }
+    if let Some(d) = cache_dir().map(|c| c.join(LIBCLANG_DIR)) {
+        if d.join("libclang.so").exists() {
+            // Read by clang-sys when bindgen loads libclang.
+            std::env::set_var("LIBCLANG_PATH", d);
+        }
+    }
+}
+
+/// The C compiler's own include directory (`stddef.h` and friends), which the libclang wheel
+/// lacks; pass it to bindgen with `-isystem`.
+pub fn compiler_include() -> Option<String> {
+    let out = std::process::Command::new("cc")
+        .arg("-print-file-name=include")
+        .output()
+        .ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    Path::new(&p).join("stddef.h").exists().then_some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_headers_in_a_named_root_first() {
+        let root = std::env::temp_dir().join(format!("p2pbuf-build-{}", std::process::id()));
+        let inc = root.join("usr/include/x");
+        std::fs::create_dir_all(&inc).unwrap();
+        std::fs::write(inc.join("y.h"), "").unwrap();
+        std::env::set_var("P2PBUF_BUILD_TEST_ROOT", &root);
+        let got = find_headers("x", &["x/y.h"], "P2PBUF_BUILD_TEST_ROOT", "build/none").unwrap();
+        assert_eq!(got, root.join("usr/include"));
+        let err =
+            find_headers("x", &["x/none.h"], "P2PBUF_BUILD_TEST_ROOT", "build/none").unwrap_err();
+        assert!(err.starts_with("no x headers (looked in "), "{err}");
+        assert!(err.contains("/usr/include"), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
