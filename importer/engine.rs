@@ -4,10 +4,11 @@
 //! teardown when the device is unbound.
 //!
 //! Handles are numbered by the engine and owned by the open file that imported them (an
-//! `owner` number given at open). The attachments are made with the engine's PCI device and
-//! must all be gone before its unbind completes, so they live here rather than in the files:
-//! [`Engine::shutdown`] stops new work, waits for copies in flight (which end after at most one
-//! window step) and detaches every buffer, while files may stay open and get `ENODEV`.
+//! `owner` number given at open). The attachments are made with the engine's PCI device; the
+//! abstraction unmaps them when that device is unbound, but the engine must first stop using
+//! them, so they live here rather than in the files: [`Engine::shutdown`] stops new work, waits
+//! for copies in flight (which end after at most one window step) and detaches every buffer,
+//! while files may stay open and get `ENODEV`.
 
 use crate::{
     copy::{self, Progress, Request},
