@@ -602,11 +602,28 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
     Ok(())
 }
 
+/// The private worktree and build directory of `--build-each` for the kernel tree `ksrc`.
+///
+/// Named after the tree (`linux-7.3.4`): a worktree belongs to the repository it was added from
+/// and is reset to *that* repository's `p2pbuf-base`, so one left by another kernel tree (a cache
+/// moved from 7.2 to 7.3) would check the series against the wrong base.
+fn check_dirs(cache: &Path, ksrc: &Path) -> (PathBuf, PathBuf) {
+    let tree = ksrc
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "linux".into());
+    (
+        cache.join(format!("build/series-check-tree-{tree}")),
+        cache.join(format!("build/series-check-{tree}")),
+    )
+}
+
 /// For each series, `git am` what it depends on, then each of its patches onto a pristine
 /// worktree, building after each of its own.
 ///
-/// The worktree (`build/series-check-tree`, detached, never the shared kernel tree) and its
-/// build directory (`build/series-check`) are kept between runs. Each series starts from the
+/// The worktree (`build/series-check-tree-<kernel tree>`, detached, never the shared kernel tree)
+/// and its build directory (`build/series-check-<kernel tree>`) are kept between runs; see
+/// [`check_dirs`]. Each series starts from the
 /// worktree reset to `p2pbuf-base` with `git checkout`, which rewrites only the files that
 /// differ, so make rebuilds only what the series touch: the first run is a cold build (15-20
 /// min on 2 cores), later ones take a few minutes per patch. Builds use `CLIPPY=1` (every Rust
@@ -615,8 +632,7 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
 /// output is in `logs/build-each-<series>-NN.log`; its compiler and Clippy warnings are counted
 /// and printed.
 fn build_each(ctx: &Ctx, series: &[Emitted], cache_lock: Option<fs::File>) -> Result<()> {
-    let wt = ctx.cache.join("build/series-check-tree");
-    let kb = ctx.cache.join("build/series-check");
+    let (wt, kb) = check_dirs(&ctx.cache, &ctx.ksrc()?);
     // The worktree is private: what its `git am` commits never leaves it.
     let in_wt = || {
         let mut c = Command::new("git");
@@ -725,4 +741,21 @@ fn build_each(ctx: &Ctx, series: &[Emitted], cache_lock: Option<fs::File>) -> Re
         summary.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_dirs_belong_to_their_kernel_tree() {
+        let cache = Path::new("/c");
+        let (wt73, kb73) = check_dirs(cache, Path::new("/c/linux-7.3.4"));
+        assert_eq!(wt73, Path::new("/c/build/series-check-tree-linux-7.3.4"));
+        assert_eq!(kb73, Path::new("/c/build/series-check-linux-7.3.4"));
+        // A cache that also holds the 7.2 tree keeps that tree's worktree apart.
+        let (wt72, kb72) = check_dirs(cache, Path::new("/c/linux-7.2.13"));
+        assert_ne!(wt72, wt73);
+        assert_ne!(kb72, kb73);
+    }
 }
