@@ -33,6 +33,7 @@ pub mod error;
 pub mod exporter;
 pub mod fdinfo;
 pub mod fdpass;
+pub mod heap;
 pub mod importer;
 pub mod nvme;
 pub mod rdma;
