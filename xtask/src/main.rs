@@ -184,6 +184,10 @@ enum Cmd {
         /// worktree and build after each one.
         #[arg(long)]
         build_each: bool,
+        /// With --build-each: build only this series (e.g. 4-rust-dma-buf; repeatable). The
+        /// series it depends on are still applied first; the others are only emitted and checked.
+        #[arg(long, value_name = "SERIES", requires = "build_each")]
+        only: Vec<String>,
         /// Sign off as "Name <mail>" instead of git config user.name/user.email.
         #[arg(long)]
         signoff: Option<String>,
@@ -524,6 +528,7 @@ fn real_main(cli: Cli) -> Result<()> {
             out,
             update_from,
             build_each,
+            only,
             signoff,
         } => {
             let out = if out.is_absolute() {
@@ -537,6 +542,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     out,
                     update_from,
                     build_each,
+                    only,
                     signoff,
                 },
                 lock.take(),

@@ -19,6 +19,8 @@ pub struct PatchOpts {
     pub update_from: Option<String>,
     /// Apply to a pristine worktree and build after every patch.
     pub build_each: bool,
+    /// Restrict `--build-each` to these series (their id, e.g. `4-rust-dma-buf`); empty: all.
+    pub only: Vec<String>,
     /// `Name <mail>` to sign off with, instead of `git config user.name/user.email`.
     pub signoff: Option<String>,
 }
@@ -522,6 +524,12 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
     let me = signer(ctx, o.signoff.as_deref())?;
     println!("    signed off by: {me}");
     let mut all = series::load(&ctx.root)?;
+    if let Some(bad) = o.only.iter().find(|id| !all.iter().any(|s| &s.id() == *id)) {
+        bail!(
+            "--only {bad}: no such series (there are: {})",
+            all.iter().map(Series::id).collect::<Vec<_>>().join(", ")
+        );
+    }
     if let Some(branch) = &o.update_from {
         export(ctx, &all, branch, &me)?;
         all = series::load(&ctx.root)?;
@@ -584,7 +592,11 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
         );
     }
     if o.build_each {
-        build_each(ctx, &emitted, cache_lock)?;
+        let chosen: Vec<&Emitted> = emitted
+            .iter()
+            .filter(|e| o.only.is_empty() || o.only.contains(&e.id))
+            .collect();
+        build_each(ctx, &chosen, cache_lock)?;
     }
     let n: usize = emitted.iter().map(|e| e.patches.len()).sum();
     println!(
@@ -631,7 +643,7 @@ fn check_dirs(cache: &Path, ksrc: &Path) -> (PathBuf, PathBuf) {
 /// upstream's, see docs/abstractions.md for the W=1 check) and run at the lowest CPU priority. Each step's
 /// output is in `logs/build-each-<series>-NN.log`; its compiler and Clippy warnings are counted
 /// and printed.
-fn build_each(ctx: &Ctx, series: &[Emitted], cache_lock: Option<fs::File>) -> Result<()> {
+fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> Result<()> {
     let (wt, kb) = check_dirs(&ctx.cache, &ctx.ksrc()?);
     // The worktree is private: what its `git am` commits never leaves it.
     let in_wt = || {
