@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use p2pbuf::memory::{self, Buffer, Source};
+use p2pbuf::units::{human_size, parse_size, parse_u64};
 use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::session::{self, ServerMemory};
-use p2pbuf_rdma::{Access, Context, HostBuf, Listener, MrInfo, Op, Pd};
+use p2pbuf_rdma::verbs::DeviceAttr;
+use p2pbuf_rdma::{Access, Context, Listener, MrInfo, Op, Pd};
 use serde::Serialize;
-use serde_json::json;
 
-use crate::target::{human_size, parse_size};
+use crate::output::print_json;
 
 mod bench;
 
@@ -41,13 +43,14 @@ pub enum RdmaCmd {
 
 #[derive(Args, Debug)]
 pub struct BufArgs {
-    /// The memory: host (ibv_reg_mr), udmabuf, p2pbuf (/dev/p2pbuf), `fd-from SOCKET`
-    /// (receive a dma-buf from `p2pbuf alloc --send` or `p2pbuf send`), and for `reg` only
-    /// `file PATH` (any fd, to see it refused). Dma-bufs are registered with
-    /// ibv_reg_dmabuf_mr.
-    #[arg(long, num_args = 1..=2, value_names = ["KIND", "PATH"], default_values = ["host"])]
+    /// The memory: p2pbuf (device memory from /dev/p2pbuf), udmabuf, host (ibv_reg_mr),
+    /// cuda, `fd-from SOCKET` (receive a dma-buf from `p2pbuf alloc --send` or `p2pbuf
+    /// send`), and for `reg` only `file PATH` (any fd, to see it refused). Dma-bufs are
+    /// registered with ibv_reg_dmabuf_mr. Every command defaults to p2pbuf.
+    #[arg(long, num_args = 1..=2, value_names = ["KIND", "PATH"],
+          default_values = [Source::DEFAULT_NAME])]
     buf: Vec<String>,
-    /// Bytes to allocate (host, udmabuf, p2pbuf); for fd-from the buffer's size.
+    /// Bytes to allocate (p2pbuf, udmabuf, host, cuda); fd-from takes the sender's size.
     #[arg(long, value_parser = parse_size)]
     size: Option<usize>,
     /// Dma-bufs: where the MR starts in the buffer.
@@ -127,64 +130,46 @@ pub struct RegArgs {
     wait: u64,
 }
 
-fn parse_u64(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    match t.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => t.parse(),
-    }
-    .map_err(|e| format!("{s:?}: {e}"))
-}
-
+/// `--buf`: memory from [`p2pbuf::memory`], or (for `reg`) any file's fd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum BufSpec {
-    Host,
-    Udmabuf,
-    P2pbuf,
-    FdFrom(PathBuf),
+    Memory(Source),
     File(PathBuf),
 }
 
 impl BufSpec {
+    /// `KIND`, `KIND PATH` or `KIND:PATH`.
     fn parse(v: &[String]) -> Result<BufSpec, Error> {
-        let bad = |d: String| Error::Protocol {
-            what: "--buf".into(),
-            detail: d,
+        let spec = match v {
+            [k] => k.clone(),
+            [k, p] => format!("{k}:{p}"),
+            _ => {
+                return Err(Error::Protocol {
+                    what: "--buf".into(),
+                    detail: "expected KIND [PATH]".into(),
+                })
+            }
         };
-        let (kind, path) = match v {
-            [k] => match k.split_once(':') {
-                Some((k, p)) => (k, Some(p)),
-                None => (k.as_str(), None),
-            },
-            [k, p] => (k.as_str(), Some(p.as_str())),
-            _ => return Err(bad("expected KIND [PATH]".into())),
-        };
-        let need = |p: Option<&str>| {
-            p.filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-                .ok_or_else(|| bad(format!("{kind} needs a path: --buf {kind} PATH")))
-        };
-        let none = |p: Option<&str>, s| match p {
-            Some(p) => Err(bad(format!("{kind} takes no path (got {p:?})"))),
-            None => Ok(s),
-        };
-        match kind {
-            "host" => none(path, BufSpec::Host),
-            "udmabuf" => none(path, BufSpec::Udmabuf),
-            "p2pbuf" => none(path, BufSpec::P2pbuf),
-            "fd-from" => Ok(BufSpec::FdFrom(need(path)?)),
-            "file" => Ok(BufSpec::File(need(path)?)),
-            k => Err(bad(format!(
-                "unknown kind {k:?}: host, udmabuf, p2pbuf, fd-from SOCKET, file PATH"
-            ))),
+        match spec.split_once(':') {
+            Some(("file", p)) if !p.is_empty() => Ok(BufSpec::File(p.into())),
+            None if spec == "file" => Err(Error::Protocol {
+                what: "--buf".into(),
+                detail: "file needs a path: --buf file PATH".into(),
+            }),
+            _ => spec
+                .parse()
+                .map(BufSpec::Memory)
+                .map_err(|e: Error| Error::Protocol {
+                    what: "--buf".into(),
+                    detail: e.to_string(),
+                }),
         }
     }
 }
 
 /// The memory behind a registration.
 enum Memory {
-    Host(HostBuf),
-    DmaBuf(DmaBuf),
+    Buffer(Buffer),
     /// Any other fd (a negative test).
     Other(OwnedFd, PathBuf),
 }
@@ -192,14 +177,19 @@ enum Memory {
 impl Memory {
     fn describe(&self) -> String {
         match self {
-            Memory::Host(b) => format!("host memory, {}", human_size(b.len() as u64)),
-            Memory::DmaBuf(b) => format!(
-                "{} dma-buf of {} (fd {}, inode {})",
-                b.exporter(),
-                human_size(b.size()),
-                b.as_raw_fd(),
-                b.info().ino.map_or("?".into(), |i| i.to_string())
-            ),
+            Memory::Buffer(Buffer::Host(b)) => {
+                format!("host memory, {}", human_size(b.len() as u64))
+            }
+            Memory::Buffer(m) => match m.dmabuf() {
+                Some(b) => format!(
+                    "{} dma-buf of {} (fd {}, inode {})",
+                    b.exporter(),
+                    human_size(b.size()),
+                    b.as_raw_fd(),
+                    b.info().ino.map_or("?".into(), |i| i.to_string())
+                ),
+                None => m.describe(),
+            },
             Memory::Other(fd, p) => {
                 format!("fd {} ({}), not a dma-buf", fd.as_raw_fd(), p.display())
             }
@@ -208,49 +198,10 @@ impl Memory {
 
     fn name(&self) -> String {
         match self {
-            Memory::Host(_) => "host".into(),
-            Memory::DmaBuf(b) => b.exporter().to_string(),
+            Memory::Buffer(m) => m
+                .dmabuf()
+                .map_or_else(|| "host".into(), |b| b.exporter().to_string()),
             Memory::Other(..) => "file".into(),
-        }
-    }
-}
-
-/// Receive a dma-buf on a Unix socket (from `p2pbuf alloc --send` or `p2pbuf send`).
-fn receive(socket: &Path, wait: u64) -> p2pbuf::Result<DmaBuf> {
-    let l = crate::bind(socket)?;
-    l.set_nonblocking(true).ok();
-    let deadline = std::time::Instant::now() + Duration::from_secs(wait);
-    let conn = loop {
-        match l.accept() {
-            Ok((c, _)) => break c,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(socket);
-                return Err(Error::Io {
-                    what: format!("waiting {wait} s for a dma-buf"),
-                    path: socket.to_path_buf(),
-                    source: e,
-                    check: Some("start `p2pbuf alloc --kind udmabuf --size S --send SOCKET` (or `p2pbuf send SOCKET FD`)".into()),
-                });
-            }
-        }
-    };
-    let _ = std::fs::remove_file(socket);
-    conn.set_nonblocking(false).ok();
-    match p2pbuf::recv_dmabuf(&conn) {
-        Ok(got) => {
-            let msg = format!("pid {} will register it for RDMA", std::process::id());
-            p2pbuf::fdpass::send_ack(&conn, true, &msg)?;
-            Ok(got.buf)
-        }
-        Err(e) => {
-            let _ = p2pbuf::fdpass::send_ack(&conn, false, &e.to_string());
-            Err(e)
         }
     }
 }
@@ -264,19 +215,26 @@ fn io_err(what: &str, path: &Path, source: std::io::Error) -> Error {
     }
 }
 
-fn need_size(b: &BufArgs) -> p2pbuf::Result<usize> {
-    b.size.ok_or_else(|| Error::Protocol {
-        what: "--buf".into(),
-        detail: "--size is needed for this kind of buffer".into(),
-    })
-}
-
 fn get_memory(b: &BufArgs, wait: u64) -> p2pbuf::Result<Memory> {
     Ok(match BufSpec::parse(&b.buf)? {
-        BufSpec::Host => Memory::Host(HostBuf::new(need_size(b)?)?),
-        BufSpec::Udmabuf => Memory::DmaBuf(p2pbuf::udmabuf::alloc(need_size(b)? as u64)?),
-        BufSpec::P2pbuf => Memory::DmaBuf(p2pbuf::exporter::alloc(need_size(b)? as u64)?.buf),
-        BufSpec::FdFrom(s) => Memory::DmaBuf(receive(&s, wait)?),
+        BufSpec::Memory(src) => {
+            let size = match (src.allocates(), b.size) {
+                (false, _) => 0,
+                (true, Some(s)) => s as u64,
+                (true, None) => {
+                    return Err(Error::Protocol {
+                        what: "--buf".into(),
+                        detail: "--size is needed for this kind of buffer".into(),
+                    })
+                }
+            };
+            let opts = memory::Options {
+                wait,
+                ack: format!("pid {} will register it for RDMA", std::process::id()),
+                ..Default::default()
+            };
+            Memory::Buffer(memory::alloc_with(&src, size, &opts)?)
+        }
         BufSpec::File(p) => {
             let f = std::fs::OpenOptions::new()
                 .read(true)
@@ -306,7 +264,7 @@ enum RegMr {
     DmaBuf {
         mr: p2pbuf_rdma::Mr,
         /// None for an fd that is not a dma-buf.
-        buf: Option<DmaBuf>,
+        buf: Option<Buffer>,
         offset: u64,
     },
 }
@@ -344,10 +302,11 @@ impl ServerMemory for Registered {
         match &self.mr {
             RegMr::Host(m) => m.buf().with_bytes(off, len, f),
             RegMr::DmaBuf {
-                buf: Some(b),
+                buf: Some(m),
                 offset,
                 ..
             } => {
+                let b = m.require_dmabuf("reading the registered memory")?;
                 // Through the exporter's mmap, inside DMA_BUF_IOCTL_SYNC(START/END | READ).
                 let map = b.map(p2pbuf::Access::Read)?;
                 let g = map.read()?;
@@ -369,17 +328,18 @@ fn register(pd: &Pd, mem: Memory, b: &BufArgs) -> p2pbuf::Result<Registered> {
     let offset = b.offset as u64;
     let iova = b.iova.unwrap_or(offset);
     let mr = match mem {
-        Memory::Host(buf) => RegMr::Host(pd.reg_mr(buf, b.access)?),
-        Memory::DmaBuf(d) => {
+        Memory::Buffer(Buffer::Host(buf)) => RegMr::Host(pd.reg_mr(buf, b.access)?),
+        Memory::Buffer(m) => {
+            let d: &DmaBuf = m.require_dmabuf("registering a dma-buf")?;
             let len = b
                 .length
                 .unwrap_or_else(|| d.size().saturating_sub(offset) as usize);
             let mr = pd
                 .reg_dmabuf_mr(offset, len, iova, d.as_fd(), b.access)
-                .map_err(|e| crate::p2ppath::explain_dmabuf_refusal(e, pd, &d))?;
+                .map_err(|e| crate::p2ppath::explain_dmabuf_refusal(e, pd, d))?;
             RegMr::DmaBuf {
                 mr,
-                buf: Some(d),
+                buf: Some(m),
                 offset,
             }
         }
@@ -424,31 +384,118 @@ pub fn run(cmd: RdmaCmd, json: bool) -> p2pbuf::Result<()> {
     }
 }
 
+/// One device in `p2pbuf --json rdma info`.
+#[derive(Serialize)]
+pub struct DeviceReport {
+    /// Its name (`rxe0`, `mlx5_0`).
+    pub name: String,
+    /// `ibv_query_device`.
+    pub attr: DeviceAttr,
+}
+
+/// `p2pbuf --json rdma info`.
+#[derive(Serialize)]
+pub struct InfoReport {
+    /// The devices librdmacm sees.
+    pub devices: Vec<DeviceReport>,
+    /// Where the verbs bindings came from (generated or the pregenerated fallback).
+    pub bindings: &'static str,
+}
+
+/// `p2pbuf --json rdma reg`.
+#[derive(Serialize)]
+pub struct RegReport<'a> {
+    /// Always true (a failure is an error report).
+    pub registered: bool,
+    /// The RDMA device.
+    pub device: &'a str,
+    /// The memory registered.
+    pub memory: &'a str,
+    /// `ibv_reg_mr` or `ibv_reg_dmabuf_mr`.
+    pub verb: &'static str,
+    /// The MR.
+    pub mr: MrInfo,
+}
+
+/// The lines of `p2pbuf --json rdma serve`, one per event, told apart by `event`.
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum ServeEvent<'a> {
+    /// The memory is registered and the server listens.
+    Registered {
+        /// The RDMA device.
+        device: &'a str,
+        /// The memory registered.
+        memory: &'a str,
+        /// `ibv_reg_mr` or `ibv_reg_dmabuf_mr`.
+        verb: &'static str,
+        /// The MR.
+        mr: MrInfo,
+        /// The address listened on.
+        listen: String,
+    },
+    /// A client was served (or failed).
+    Client {
+        /// 1 for the first client.
+        n: u32,
+        /// What happened.
+        outcome: &'a ClientOutcome,
+    },
+    /// All clients were served.
+    Done {
+        /// Clients whose operation verified.
+        verified: u32,
+        /// Clients that failed.
+        failed: u32,
+        /// Checksum of the whole region (null: unreadable).
+        region_checksum: Option<String>,
+        /// Why the region could not be read (e.g. revoked).
+        region_error: Option<String>,
+    },
+    /// The MR is deregistered.
+    Deregistered {
+        /// `ibv_reg_mr` or `ibv_reg_dmabuf_mr`.
+        verb: &'static str,
+    },
+}
+
+/// `p2pbuf --json rdma write/read`.
+#[derive(Serialize)]
+pub struct ClientReportJson<'a> {
+    /// Every check passed.
+    pub ok: bool,
+    /// What was done and found.
+    pub report: &'a session::ClientReport,
+}
+
 fn info(json: bool) -> p2pbuf::Result<()> {
     let names = p2pbuf_rdma::device_names()?;
-    let mut devs = vec![];
+    let mut devices = vec![];
     for n in &names {
         let ctx = Context::open(Some(n))?;
-        devs.push(json!({ "name": n, "attr": ctx.query()? }));
+        devices.push(DeviceReport {
+            name: n.clone(),
+            attr: ctx.query()?,
+        });
     }
     if json {
-        println!(
-            "{}",
-            json!({ "devices": devs, "bindings": p2pbuf_rdma::ffi::BINDINGS })
-        );
+        print_json(&InfoReport {
+            devices,
+            bindings: p2pbuf_rdma::ffi::BINDINGS,
+        });
     } else {
-        for d in &devs {
-            let a = &d["attr"];
+        for d in &devices {
+            let a = &d.attr;
             println!(
                 "{}: node_guid {} fw {} vendor {:#x}, {} port(s), max_mr_size {}, max_qp {}, max_qp_wr {}",
-                d["name"].as_str().unwrap_or("?"),
-                a["node_guid"].as_str().unwrap_or("?"),
-                a["fw_ver"].as_str().unwrap_or("?"),
-                a["vendor_id"].as_u64().unwrap_or(0),
-                a["phys_port_cnt"],
-                a["max_mr_size"],
-                a["max_qp"],
-                a["max_qp_wr"]
+                d.name,
+                a.node_guid,
+                a.fw_ver,
+                a.vendor_id,
+                a.phys_port_cnt,
+                a.max_mr_size,
+                a.max_qp,
+                a.max_qp_wr
             );
         }
         println!("bindings: {}", p2pbuf_rdma::ffi::BINDINGS);
@@ -462,10 +509,13 @@ fn reg(a: RegArgs, json: bool) -> p2pbuf::Result<()> {
     let r = register(&pd, mem, &a.buf)?;
     let m = r.info();
     if json {
-        println!(
-            "{}",
-            json!({ "registered": true, "device": ctx.name(), "memory": r.desc, "verb": r.verb(), "mr": m })
-        );
+        print_json(&RegReport {
+            registered: true,
+            device: ctx.name(),
+            memory: &r.desc,
+            verb: r.verb(),
+            mr: m,
+        });
     } else {
         println!("registered {} on {} with {}", r.desc, ctx.name(), r.verb());
         println!("  mr: {}", mr_line(&m));
@@ -473,17 +523,23 @@ fn reg(a: RegArgs, json: bool) -> p2pbuf::Result<()> {
     Ok(())
 }
 
+/// A client of `rdma serve`, in its `client` event.
 #[derive(Serialize)]
-struct ClientOutcome {
-    peer: Option<String>,
-    ok: bool,
-    error: Option<String>,
-    errno: Option<i32>,
-    served: Option<session::Served>,
+pub struct ClientOutcome {
+    /// The client's address.
+    pub peer: Option<String>,
+    /// Its operation verified.
+    pub ok: bool,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The errno of the failure.
+    pub errno: Option<i32>,
+    /// What it did and what the server found.
+    pub served: Option<session::Served>,
 }
 
 fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
-    let mem = get_memory(&a.buf, 600)?;
+    // The device first (without one there is nothing to serve), then the memory.
     let bind = SocketAddr::new(a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), a.port);
     let listener = Listener::bind(bind)?;
     let (ctx, pd) = match (listener.context(), &a.buf.device) {
@@ -494,13 +550,17 @@ fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
         }
         (_, d) => open_device(d.as_deref())?,
     };
+    let mem = get_memory(&a.buf, 600)?;
     let r = register(&pd, mem, &a.buf)?;
     let m = r.info();
     if json {
-        println!(
-            "{}",
-            json!({ "event": "registered", "device": ctx.name(), "memory": r.desc, "verb": r.verb(), "mr": m, "listen": bind.to_string() })
-        );
+        print_json(&ServeEvent::Registered {
+            device: ctx.name(),
+            memory: &r.desc,
+            verb: r.verb(),
+            mr: m,
+            listen: bind.to_string(),
+        });
     } else {
         println!(
             "rdma serve: {} registered on {} with {}",
@@ -563,7 +623,7 @@ fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
             bad += 1;
         }
         if json {
-            println!("{}", json!({ "event": "client", "n": n, "outcome": out }));
+            print_json(&ServeEvent::Client { n, outcome: &out });
         } else {
             println!("{}", client_line(n, &out));
         }
@@ -579,10 +639,12 @@ fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
         Some(e) => format!("the region cannot be read any more: {e}"),
     };
     if json {
-        println!(
-            "{}",
-            json!({ "event": "done", "verified": good, "failed": bad, "region_checksum": unreadable.is_none().then(|| format!("{sum:#018x}")), "region_error": unreadable })
-        );
+        print_json(&ServeEvent::Done {
+            verified: good,
+            failed: bad,
+            region_checksum: unreadable.is_none().then(|| format!("{sum:#018x}")),
+            region_error: unreadable.clone(),
+        });
     } else {
         println!("done: {good} client(s) verified, {bad} failed; {region}");
     }
@@ -590,7 +652,7 @@ fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
     let verb = r.verb();
     r.dereg()?;
     if json {
-        println!("{}", json!({ "event": "deregistered", "verb": verb }));
+        print_json(&ServeEvent::Deregistered { verb });
     } else {
         println!("deregistered the MR (ibv_dereg_mr) and closed the buffer");
     }
@@ -683,7 +745,7 @@ fn client(a: ClientArgs, op: Op, json: bool) -> p2pbuf::Result<()> {
     })?;
     let ok = rep.ok();
     if json {
-        println!("{}", json!({ "ok": ok, "report": rep }));
+        print_json(&ClientReportJson { ok, report: &rep });
     } else {
         let h = &rep.hello;
         println!(
@@ -759,16 +821,19 @@ mod tests {
 
     #[test]
     fn buf_specs() {
-        assert_eq!(spec(&["host"]).unwrap(), BufSpec::Host);
-        assert_eq!(spec(&["udmabuf"]).unwrap(), BufSpec::Udmabuf);
-        assert_eq!(spec(&["p2pbuf"]).unwrap(), BufSpec::P2pbuf);
+        assert_eq!(spec(&["host"]).unwrap(), BufSpec::Memory(Source::Host));
+        assert_eq!(
+            spec(&["udmabuf"]).unwrap(),
+            BufSpec::Memory(Source::Udmabuf)
+        );
+        assert_eq!(spec(&["p2pbuf"]).unwrap(), BufSpec::Memory(Source::P2pbuf));
         assert_eq!(
             spec(&["fd-from", "/tmp/s"]).unwrap(),
-            BufSpec::FdFrom("/tmp/s".into())
+            BufSpec::Memory(Source::FdFrom("/tmp/s".into()))
         );
         assert_eq!(
             spec(&["fd-from:/tmp/s"]).unwrap(),
-            BufSpec::FdFrom("/tmp/s".into())
+            BufSpec::Memory(Source::FdFrom("/tmp/s".into()))
         );
         assert_eq!(
             spec(&["file", "/tmp/f"]).unwrap(),

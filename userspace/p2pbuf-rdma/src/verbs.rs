@@ -427,8 +427,8 @@ impl Pd {
         let mr = unsafe {
             self.context().libs().v.ibv_reg_mr(
                 self.as_ptr(),
-                buf.ptr.as_ptr().cast(),
-                buf.len,
+                buf.as_ptr().cast(),
+                buf.len(),
                 access.0 as i32,
             )
         };
@@ -437,7 +437,7 @@ impl Pd {
             os_error(
                 format!(
                     "ibv_reg_mr({} bytes of host memory, access {access}) on {}",
-                    buf.len,
+                    buf.len(),
                     self.context().name()
                 ),
                 e,
@@ -606,79 +606,7 @@ impl Drop for Mr {
     }
 }
 
-/// Page-aligned anonymous host memory (mmap), unmapped on drop.
-pub struct HostBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl fmt::Debug for HostBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HostBuf({} bytes)", self.len)
-    }
-}
-
-impl HostBuf {
-    /// `len` zeroed bytes.
-    pub fn new(len: usize) -> Result<HostBuf> {
-        if len == 0 {
-            return Err(Error::Protocol {
-                what: "allocating host memory".into(),
-                detail: "size must be > 0".into(),
-            });
-        }
-        // SAFETY: a fresh private anonymous mapping aliases nothing.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }
-        .map_err(|e| os_error(format!("mmap({len} bytes)"), e.raw_os_error(), None))?;
-        Ok(HostBuf {
-            ptr: NonNull::new(p.cast()).expect("mmap returned NULL"),
-            len,
-        })
-    }
-
-    /// Length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never: zero-length buffers are refused.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The first byte, for the HCA and for copies that must not assume exclusive access.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// The bytes. Peers may change them through RDMA at any time while the buffer is
-    /// registered with remote write access: read them when the protocol says the peer is
-    /// done.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: a live mapping of `len` bytes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The bytes, writable (see [`as_slice`](Self::as_slice)).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: a live mapping of `len` bytes; `&mut self` is exclusive in this process.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for HostBuf {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
+pub use p2pbuf::memory::HostBuf;
 
 /// Host memory and its registration (the registration is dropped first).
 pub struct HostMr {
@@ -863,15 +791,6 @@ mod tests {
             .contains("lacks dma-buf MR support"));
         assert!(dmabuf_mr_check(EINVAL).unwrap().contains("LOCAL_WRITE"));
         assert!(dmabuf_mr_check(1234).is_none());
-    }
-
-    #[test]
-    fn host_buf_is_zeroed_and_writable() {
-        let mut b = HostBuf::new(8192).unwrap();
-        assert!(b.as_slice().iter().all(|x| *x == 0));
-        b.as_mut_slice()[8191] = 1;
-        assert_eq!(b.as_slice()[8191], 1);
-        assert!(HostBuf::new(0).is_err());
     }
 
     /// On a machine with rdma-core and an RDMA device this registers host memory; without,
