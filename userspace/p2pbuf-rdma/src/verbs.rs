@@ -11,6 +11,9 @@ use p2pbuf::{Error, Result};
 use serde::Serialize;
 
 use crate::ffi::{self, errno, ibv_access_flags as acc, libs, Libs};
+use crate::wc::WcStatus;
+
+pub use p2pbuf::memory::HostBuf;
 
 /// `ENODEV`, `EOPNOTSUPP`, ... as plain numbers (the values of x86-64 Linux).
 pub mod errnos {
@@ -606,8 +609,6 @@ impl Drop for Mr {
     }
 }
 
-pub use p2pbuf::memory::HostBuf;
-
 /// Host memory and its registration (the registration is dropped first).
 pub struct HostMr {
     mr: Mr,
@@ -646,25 +647,6 @@ impl fmt::Debug for HostMr {
     }
 }
 
-/// Name of a work completion status (`ibv_wc_status_str`).
-pub fn wc_status_str(status: u32) -> String {
-    match libs() {
-        Ok(l) => {
-            // SAFETY: returns a static string for any value.
-            let p = unsafe { l.v.ibv_wc_status_str(status) };
-            if p.is_null() {
-                format!("status {status}")
-            } else {
-                // SAFETY: a NUL-terminated static string.
-                unsafe { std::ffi::CStr::from_ptr(p) }
-                    .to_string_lossy()
-                    .into_owned()
-            }
-        }
-        Err(_) => format!("status {status}"),
-    }
-}
-
 /// A completion queue (polled, no completion channel).
 pub struct Cq {
     ctx: Context,
@@ -676,8 +658,8 @@ pub struct Cq {
 pub struct Completion {
     /// The work request's id.
     pub wr_id: u64,
-    /// `IBV_WC_*` status (0: success).
-    pub status: u32,
+    /// Its status.
+    pub status: WcStatus,
     /// `IBV_WC_*` opcode.
     pub opcode: u32,
     /// Bytes received (receives).
@@ -737,7 +719,7 @@ impl Cq {
             .iter()
             .map(|w| Completion {
                 wr_id: w.wr_id,
-                status: w.status,
+                status: WcStatus(w.status),
                 opcode: w.opcode,
                 byte_len: w.byte_len,
                 vendor_err: w.vendor_err,
