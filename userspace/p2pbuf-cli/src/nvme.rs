@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use p2pbuf::memory::{self, Buffer, Source, Summary};
 use p2pbuf::units::{human_size, parse_size};
 use p2pbuf::{Access, Error};
@@ -18,15 +18,8 @@ pub enum NvmeCmd {
     /// O_DIRECT read from the drive into a freshly allocated buffer (device memory: the
     /// drive writes into the BAR peer-to-peer), optionally checking the pattern.
     Read {
-        /// The block device.
-        #[arg(long, default_value = "/dev/nvme0n1")]
-        dev: PathBuf,
-        /// Byte offset on the drive (a multiple of its logical block size).
-        #[arg(long, default_value = "0", value_parser = parse_size)]
-        offset: usize,
-        /// Bytes (a multiple of the logical block size).
-        #[arg(long, value_parser = parse_size)]
-        len: usize,
+        #[command(flatten)]
+        io: Io,
         /// The buffer to read into.
         #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
               help = crate::MEMORY_HELP)]
@@ -38,15 +31,8 @@ pub enum NvmeCmd {
     /// Fill a freshly allocated buffer with a pattern through its mapping, then O_DIRECT
     /// write it to the drive (device memory: the drive reads the BAR peer-to-peer).
     Write {
-        /// The block device.
-        #[arg(long, default_value = "/dev/nvme0n1")]
-        dev: PathBuf,
-        /// Byte offset on the drive (a multiple of its logical block size).
-        #[arg(long, default_value = "0", value_parser = parse_size)]
-        offset: usize,
-        /// Bytes (a multiple of the logical block size).
-        #[arg(long, value_parser = parse_size)]
-        len: usize,
+        #[command(flatten)]
+        io: Io,
         /// The buffer to write from.
         #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
               help = crate::MEMORY_HELP)]
@@ -55,6 +41,20 @@ pub enum NvmeCmd {
         #[arg(long, default_value_t = 1)]
         pattern_seed: u32,
     },
+}
+
+/// Where on which drive, and how much.
+#[derive(Args, Debug)]
+pub struct Io {
+    /// The block device.
+    #[arg(long, default_value = "/dev/nvme0n1")]
+    dev: PathBuf,
+    /// Byte offset on the drive (a multiple of its logical block size).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    offset: usize,
+    /// Bytes (a multiple of the logical block size).
+    #[arg(long, value_parser = parse_size)]
+    len: usize,
 }
 
 /// `p2pbuf --json nvme read/write`.
@@ -91,21 +91,17 @@ pub struct NvmeReport<'a> {
 }
 
 pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
-    let (write, dev, offset, len, kind, seed) = match c {
+    let (write, Io { dev, offset, len }, kind, seed) = match c {
         NvmeCmd::Read {
-            dev,
-            offset,
-            len,
+            io,
             into,
             verify_seed,
-        } => (false, dev, offset, len, into, verify_seed),
+        } => (false, io, into, verify_seed),
         NvmeCmd::Write {
-            dev,
-            offset,
-            len,
+            io,
             from,
             pattern_seed,
-        } => (true, dev, offset, len, from, Some(pattern_seed)),
+        } => (true, io, from, Some(pattern_seed)),
     };
     let op = if write { "write" } else { "read" };
     if len == 0 {

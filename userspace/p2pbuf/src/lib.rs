@@ -44,6 +44,7 @@ pub mod surface;
 pub mod udmabuf;
 pub mod units;
 
+mod device;
 mod dmabuf;
 mod mapping;
 #[allow(unsafe_code)]
