@@ -110,6 +110,8 @@ enum Cmd {
     RdmaCore,
     /// Build libfabric 2.1 (Debian's source) against that rdma-core, with fabtests.
     Libfabric,
+    /// Build rdma-core again with pyverbs and its tests/ (for the pyverbs boot).
+    Pyverbs,
     /// Pack the initramfs: busybox, modules, tests, tools.
     Initramfs,
     /// Boot the VM (builds what is stale first).
@@ -138,9 +140,10 @@ enum Cmd {
         #[arg(long)]
         filter: Option<String>,
         /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
-        /// large-bar (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
-        /// Default: all of them, or one boot of the whole suite when --topology/--cpu/--iommu
-        /// are given.
+        /// large-bar, pyverbs (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA
+        /// between them, last). Default: all of them but pyverbs (rdma-core's own test suite:
+        /// by name, or by a --filter of its test), or one boot of the whole suite when
+        /// --topology/--cpu/--iommu are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
@@ -308,6 +311,25 @@ fn vm_tests(
             println!("    boot {label}: {}", b.why);
         }
         let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
+        // The pyverbs boot's initramfs: the lab's plus Python, pyverbs and rdma-core's tests.
+        let py_files;
+        let files = if b.as_ref().is_some_and(|b| b.pyverbs) {
+            let initrd =
+                rdma::pyverbs(ctx).and_then(|()| initramfs::pyverbs_initramfs(ctx, &files.initrd));
+            match initrd {
+                Ok(i) => {
+                    py_files = VmFiles::new(ctx, files.kernel.clone(), i, "");
+                    &py_files
+                }
+                Err(e) => {
+                    summary.push(format!("{label}: FAILED ({e:#})"));
+                    failed.push(label.to_string());
+                    continue;
+                }
+            }
+        } else {
+            files
+        };
         match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
             Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
             Err(e) => {
@@ -477,6 +499,7 @@ fn real_main(cli: Cli) -> Result<()> {
         ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
         Cmd::RdmaCore => rdma::rdma_core(&ctx),
+        Cmd::Pyverbs => rdma::pyverbs(&ctx),
         Cmd::Libfabric => rdma::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
