@@ -21,7 +21,7 @@ import sys
 import time
 import unittest
 
-TESTS = '/usr/share/doc/rdma-core/tests'
+TESTS = os.environ.get('PYVERBS_TESTS_DIR', '/usr/share/doc/rdma-core/tests')
 
 # Failures of rxe that are not the series' doing: test id -> why. Each was seen failing
 # in the "before" run as well (rxe without the series' rxe patch, rdma-core without the

@@ -475,8 +475,13 @@ pub fn pyverbs_initramfs(ctx: &Ctx, main: &Path) -> Result<PathBuf> {
     }
     let root = ctx.flavour_build().join("initramfs-pyverbs");
     let _ = fs::remove_dir_all(&root);
-    fs::create_dir_all(root.join("usr/bin"))?;
-    fs::create_dir_all(root.join("usr/lib"))?;
+    for d in ["usr/bin", "usr/lib", "usr/lib64"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    // The lab's merged /usr, again: a real lib/ directory in this archive would replace the
+    // lab's lib -> usr/lib link when the kernel unpacks it (and hide /lib/modules).
+    std::os::unix::fs::symlink("usr/lib", root.join("lib"))?;
+    std::os::unix::fs::symlink("usr/lib64", root.join("lib64"))?;
     let python = Path::new(crate::rdma::PYTHON);
     let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     let mut seen = BTreeSet::new();
