@@ -4,7 +4,7 @@
 //! The engine boot runs the DMA engine's tests under QEMU's `-icount`, where the engine's
 //! 100 ms per transfer (a virtual-clock timer in QEMU's edu model) costs no wall time.
 
-use crate::vm::{Topology, VmConfig};
+use crate::qemu::{Topology, VmConfig};
 
 /// One boot of the in-VM suite.
 #[derive(Clone, Debug)]

@@ -77,7 +77,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
         Some(d) => ctx.root.join(d),
         None => ctx.root.join("target"),
     };
-    let stage_libs = crate::rdma::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    let stage_libs = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
     for (_, bin) in USERSPACE_BINS {
         copy_with_libs(
             root,
@@ -96,7 +96,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
             seen,
         )?;
     }
-    let stage = crate::rdma::staging(ctx);
+    let stage = crate::rdma_core::staging(ctx);
     let out = target.join("verbs-programs");
     fs::create_dir_all(&out)?;
     for (src, name) in VERBS_PROGRAMS {
@@ -124,7 +124,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
 /// rdma-core from `cargo xtask rdma-core` (libibverbs, librdmacm, providers, their config,
 /// utilities) over whatever Debian copies the ldd closures brought.
 fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
-    let stage = crate::rdma::staging(ctx);
+    let stage = crate::rdma_core::staging(ctx);
     if !stage.join("usr/bin/ibv_devinfo").exists() {
         bail!("rdma-core is not built: run `cargo xtask rdma-core`");
     }
@@ -162,7 +162,7 @@ fn overlay_libfabric(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
         bail!("libfabric is not built: run `cargo xtask libfabric`");
     }
     let lf_lib = stage.join("usr/lib/x86_64-linux-gnu");
-    let rdma_lib = crate::rdma::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    let rdma_lib = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
     let tools = crate::fabric::FI_TOOLS.iter().copied().chain(
         crate::fabric::FABTESTS
             .iter()
@@ -469,8 +469,8 @@ const PYTHON_STDLIB_SKIP: &[&str] = &[
 /// other boots' initramfs does not grow. Returns the combined archive.
 pub fn pyverbs_initramfs(ctx: &Ctx, main: &Path) -> Result<PathBuf> {
     heading("initramfs: + Python 3.11, pyverbs, rdma-core tests/ (pyverbs boot)");
-    let stage = crate::rdma::pyverbs_staging(ctx);
-    if !stage.join(crate::rdma::PYVERBS_TESTS).exists() {
+    let stage = crate::rdma_core::pyverbs_staging(ctx);
+    if !stage.join(crate::rdma_core::PYVERBS_TESTS).exists() {
         bail!("pyverbs is not built: run `cargo xtask test --boot pyverbs`");
     }
     let root = ctx.flavour_build().join("initramfs-pyverbs");
@@ -482,7 +482,7 @@ pub fn pyverbs_initramfs(ctx: &Ctx, main: &Path) -> Result<PathBuf> {
     // lab's lib -> usr/lib link when the kernel unpacks it (and hide /lib/modules).
     std::os::unix::fs::symlink("usr/lib", root.join("lib"))?;
     std::os::unix::fs::symlink("usr/lib64", root.join("lib64"))?;
-    let python = Path::new(crate::rdma::PYTHON);
+    let python = Path::new(crate::rdma_core::PYTHON);
     let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     let mut seen = BTreeSet::new();
     copy_with_libs(&root, python, None, None, &mut seen)?;
