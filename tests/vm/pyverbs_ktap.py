@@ -4,7 +4,9 @@
 
 Used by tests/vm/tests/pyverbs_tests.sh in the pyverbs boot (xtask/src/boots.rs).
 
-    pyverbs_ktap.py suite DEV      every run below, one KTAP document on stdout
+    pyverbs_ktap.py suite DEV [all|dmabuf]
+                                   the runs below, one KTAP document on stdout (dmabuf: only
+                                   the dma-buf MR tests, with both allocators)
     pyverbs_ktap.py record OUT ARGS...
                                    run_tests.py ARGS... (through runpy, unchanged), writing
                                    one line per test to OUT: status, test id, detail
@@ -149,11 +151,15 @@ def run(n, title, dev, allocator, selection):
     return bad == 0, dmabuf_ran
 
 
-def suite(dev):
+def suite(dev, which='all'):
     print('KTAP version 1')
     print('1..4')
-    ok1, d1 = run(1, 'run_tests.py, the whole suite, dma-bufs from p2pbuf', dev, 'p2pbuf', [])
     dmabuf_only = ['test_mr.DmaBufMRTest', 'test_mr.DmaBufTestCase']
+    if which == 'dmabuf':
+        ok1, d1 = run(1, 'run_tests.py, the dma-buf MR tests, dma-bufs from p2pbuf', dev, 'p2pbuf',
+                      dmabuf_only)
+    else:
+        ok1, d1 = run(1, 'run_tests.py, the whole suite, dma-bufs from p2pbuf', dev, 'p2pbuf', [])
     ok2, d2 = run(2, 'run_tests.py, the dma-buf MR tests, dma-bufs from udmabuf', dev, 'udmabuf',
                   dmabuf_only)
     n = 3
@@ -173,6 +179,6 @@ def suite(dev):
 if __name__ == '__main__':
     if len(sys.argv) >= 3 and sys.argv[1] == 'record':
         sys.exit(record(sys.argv[2], sys.argv[3:]))
-    if len(sys.argv) == 3 and sys.argv[1] == 'suite':
-        sys.exit(suite(sys.argv[2]))
-    sys.exit(f'usage: {sys.argv[0]} suite DEV | record OUT ARGS...')
+    if len(sys.argv) in (3, 4) and sys.argv[1] == 'suite':
+        sys.exit(suite(*sys.argv[2:]))
+    sys.exit(f'usage: {sys.argv[0]} suite DEV [all|dmabuf] | record OUT ARGS...')
