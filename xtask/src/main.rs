@@ -161,9 +161,10 @@ enum Cmd {
         #[arg(long, default_value = "results")]
         out: PathBuf,
         /// Give up on the VM after this many seconds.
-        #[arg(long, default_value_t = 1800)]
+        #[arg(long, default_value_t = 3600)]
         timeout: u64,
-        /// Only run benchmark programs whose file name contains this.
+        /// Only run benchmark programs whose file name contains this (programs named trace-*
+        /// run only when it names them: --filter trace-small).
         #[arg(long)]
         filter: Option<String>,
         /// Boot nothing: write the results from a raw.txt of an earlier run (--reps is ignored).
@@ -379,6 +380,7 @@ fn vm_test(
         timeout: t,
         echo_console: false,
         print_results: true,
+        print_progress: false,
         label: boot.map_or("test".into(), |b| {
             if b.name == "main" {
                 "test".into()
@@ -591,12 +593,19 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout: t,
                 echo_console: false,
                 print_results: false,
+                print_progress: true,
                 label: "bench".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
             let rep = bench::write_results(&o.parser.lines, &out, reps, Some(&kernel))
                 .with_context(|| format!("console log: {}", o.console_log.display()))?;
             bench_summary(&rep, &out);
+            // The programs' whole output (diagnostics, progress, trace-* call graphs), beside
+            // the protocol lines of raw.txt.
+            let serial = out.join("serial.txt");
+            std::fs::copy(&files.results, &serial)
+                .with_context(|| format!("copying the VM's output to {}", serial.display()))?;
+            println!("    the programs' whole output: {}", serial.display());
             let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
             if !o.problems.is_empty() || o.timed_out || !failed.is_empty() {
                 bail!(
@@ -639,6 +648,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout: t,
                 echo_console: true,
                 print_results: false,
+                print_progress: false,
                 label: "run".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
