@@ -92,7 +92,10 @@ static unsigned long long mem_available(void)
 
 #define UDMABUF_LIMIT "/sys/module/udmabuf/parameters/size_limit_mb"
 
-/* udmabuf's size limit in bytes, raised to `want` when that is more and the parameter is writable. */
+/*
+ * The largest udmabuf this run makes: `want`, and udmabuf's size limit raised to it when that
+ * is less and the parameter is writable (else the limit).
+ */
 static unsigned long long udmabuf_limit(unsigned long long want)
 {
 	unsigned long long mb = 64;
@@ -111,7 +114,7 @@ static unsigned long long udmabuf_limit(unsigned long long want)
 				mb = want >> 20;
 		}
 	}
-	return mb << 20;
+	return (mb << 20) < want ? mb << 20 : want;
 }
 
 static void human(char *out, size_t n, unsigned long long b)

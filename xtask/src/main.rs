@@ -597,6 +597,13 @@ fn real_main(cli: Cli) -> Result<()> {
                 label: "bench".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+            println!(
+                "    boot to init: {}; whole run: {:.1}s",
+                o.boot_to_init
+                    .map(|b| format!("{:.1}s", b.as_secs_f64()))
+                    .unwrap_or_else(|| "not seen".into()),
+                o.wall.as_secs_f64()
+            );
             let rep = bench::write_results(&o.parser.lines, &out, reps, Some(&kernel))
                 .with_context(|| format!("console log: {}", o.console_log.display()))?;
             bench_summary(&rep, &out);
