@@ -12,8 +12,9 @@
  * close of the last fd (the buffer goes back to its allocator).
  *
  * Sizes: 4 KiB to 64 GiB, p2pbuf up to the provider's free memory (the BAR: cargo xtask bench
- * --gpu-mem-mib 65536), udmabuf up to what the guest's RAM holds (its size_limit_mb, 64 MiB
- * by default, is raised for the run, at most to 1 GiB and a third of MemAvailable). Points of
+ * --gpu-mem-mib 65536), udmabuf up to what the guest's RAM holds: at most 1 GiB and a third of
+ * MemAvailable (its size_limit_mb, INT_MAX on 7.3 and 64 MiB on older kernels, is raised to
+ * that when lower; a larger memfd would run the guest out of memory). Points of
  * 1 GiB and more print "# progress:" lines (cargo xtask bench echoes them). argv[1]: the
  * repetitions; argv[2], optional: the largest size measured.
  *
