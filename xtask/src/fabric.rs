@@ -137,7 +137,7 @@ pub fn libfabric(ctx: &Ctx) -> Result<()> {
     heading(&format!(
         "libfabric {LIBFABRIC_VERSION} (verbs with dma-buf MRs, rxm, tcp) + fabtests"
     ));
-    let rdma = crate::rdma::staging(ctx);
+    let rdma = crate::rdma_core::staging(ctx);
     let rdma_stamp = fs::read_to_string(ctx.cache.join("build/rdma-core.sha256"))
         .context("rdma-core is not built: run `cargo xtask rdma-core`")?;
     let args = configure_args(&rdma);

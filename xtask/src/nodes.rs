@@ -11,8 +11,8 @@
 
 use crate::hostcheck;
 use crate::ktap::{Status, TestResult};
+use crate::qemu::{Mode, NodeLink, VmConfig, VmFiles};
 use crate::util::{heading, Ctx};
-use crate::vm::{Mode, NodeLink, VmConfig, VmFiles};
 use crate::vmrun;
 use anyhow::{bail, Context, Result};
 use std::net::UdpSocket;

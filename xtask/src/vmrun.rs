@@ -3,8 +3,8 @@
 //! as results arrive; a hang ends in a stated timeout.
 
 use crate::ktap::{scan_console, Parser, Problem, Status, TestResult};
+use crate::qemu::{qemu_args, VmConfig, VmFiles};
 use crate::util::Ctx;
-use crate::vm::{qemu_args, VmConfig, VmFiles};
 use anyhow::{Context, Result};
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
