@@ -9,7 +9,8 @@
 # Not part of a plain `cargo xtask bench` (tests/vm/bench-run.sh runs trace-* programs only when
 # named): `cargo xtask bench --filter trace-small`. Prints, first, untraced samples of both (the
 # line protocol, as benchmarks trace_export_map and trace_rdma_reg), then the call graphs as
-# "# trace <what>: ..." lines; cargo xtask bench keeps the program's whole output in serial.txt.
+# "# trace <what>: ..." lines (cargo xtask bench keeps the program's whole output in serial.txt),
+# then the untraced samples again with kmemleak switched off (trace_*_nokmemleak).
 # docs/bench.md, "Where the time goes", reads them.
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
@@ -79,4 +80,17 @@ trace export_map_attach_map 0 0 "dma_buf_dynamic_attach dma_buf_map_attachment d
 trace rdma_verbs 5 10 "ib_uverbs_ioctl ib_uverbs_write" p2pbuf rdma bench --what reg --reps 1 --addr "$RXE_IP" --reg-sizes 4k --uninitialized
 # Deregistration itself, every level, lines over 10 us.
 trace rdma_dereg 0 10 "ib_dereg_mr_user rxe_dereg_mr" p2pbuf rdma bench --what reg --reps 1 --addr "$RXE_IP" --reg-sizes 4k --uninitialized
+
+# The same untraced measurements once more with kmemleak switched off (for the rest of the boot:
+# it cannot be switched on again), as benchmarks trace_*_nokmemleak: what the stack trace that
+# kmemleak saves for every allocation costs each path.
+K=/sys/kernel/debug/kmemleak
+[ -e $K ] || mount -t debugfs nodev /sys/kernel/debug 2>/dev/null
+if [ -e $K ] && echo off >$K; then
+	$em "$reps" 4096 | sed -e 's/ export_map / trace_export_map_nokmemleak /'
+	p2pbuf rdma bench --what reg --reps "$reps" --addr "$RXE_IP" --reg-sizes 4k --uninitialized |
+		sed -e 's/ rdma_reg / trace_rdma_reg_nokmemleak /'
+else
+	echo "# trace: kmemleak could not be switched off; no trace_*_nokmemleak benchmarks"
+fi
 exit 0
