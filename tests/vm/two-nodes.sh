@@ -117,25 +117,15 @@ fabric_reg() {
 }
 # kmemleak_step: as run-tests.sh's last test.
 kmemleak_step() {
-	if [ -w /sys/kernel/debug/kmemleak ]; then
-		echo scan >/sys/kernel/debug/kmemleak
-		echo scan >/sys/kernel/debug/kmemleak
-		leaks=$(cat /sys/kernel/debug/kmemleak)
-		if [ -z "$leaks" ]; then
-			ok "no kernel memory leaks on node $ROLE (kmemleak scan)"
-		else
-			echo "$leaks" | sed 's/^/    # /'
-			fail "kernel memory leaks on node $ROLE: $(echo "$leaks" | grep -c unreferenced) unreferenced object(s)"
-		fi
-	else
-		ktap_skip "kmemleak" "no /sys/kernel/debug/kmemleak"
-	fi
+	kmemleak_leaks
+	case $? in
+	0) ok "no kernel memory leaks on node $ROLE (kmemleak scan)" ;;
+	1) fail "kernel memory leaks on node $ROLE: $KMEMLEAK_COUNT unreferenced object(s)" ;;
+	*) ktap_skip "kmemleak" "no /sys/kernel/debug/kmemleak" ;;
+	esac
 }
 
-if [ -w /sys/kernel/debug/kmemleak ]; then
-	echo scan >/sys/kernel/debug/kmemleak
-	echo clear >/sys/kernel/debug/kmemleak
-fi
+kmemleak_clear
 load_modules || say "could not load the p2pbuf modules (see dmesg)"
 echo "KTAP version 1"
 case "$ROLE" in

@@ -2,9 +2,7 @@
 //! functions through bindgen's C wrappers (`wrap_static_fns`, linked statically), and the
 //! exported functions as [`Fabric`], a table loaded from `libfabric.so.1` at run time.
 #![allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
+    nonstandard_style,
     dead_code,
     missing_docs,
     unsafe_op_in_unsafe_fn,

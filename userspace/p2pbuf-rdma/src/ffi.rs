@@ -5,13 +5,11 @@
 //! instead.
 
 #![allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
+    nonstandard_style,
     dead_code,
     missing_docs,
-    clippy::all,
-    unsafe_op_in_unsafe_fn
+    unsafe_op_in_unsafe_fn,
+    clippy::all
 )]
 
 use std::sync::OnceLock;

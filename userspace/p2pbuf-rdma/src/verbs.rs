@@ -11,6 +11,9 @@ use p2pbuf::{Error, Result};
 use serde::Serialize;
 
 use crate::ffi::{self, errno, ibv_access_flags as acc, libs, Libs};
+use crate::wc::WcStatus;
+
+pub use p2pbuf::memory::HostBuf;
 
 /// `ENODEV`, `EOPNOTSUPP`, ... as plain numbers (the values of x86-64 Linux).
 pub mod errnos {
@@ -427,8 +430,8 @@ impl Pd {
         let mr = unsafe {
             self.context().libs().v.ibv_reg_mr(
                 self.as_ptr(),
-                buf.ptr.as_ptr().cast(),
-                buf.len,
+                buf.as_ptr().cast(),
+                buf.len(),
                 access.0 as i32,
             )
         };
@@ -437,7 +440,7 @@ impl Pd {
             os_error(
                 format!(
                     "ibv_reg_mr({} bytes of host memory, access {access}) on {}",
-                    buf.len,
+                    buf.len(),
                     self.context().name()
                 ),
                 e,
@@ -606,80 +609,6 @@ impl Drop for Mr {
     }
 }
 
-/// Page-aligned anonymous host memory (mmap), unmapped on drop.
-pub struct HostBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl fmt::Debug for HostBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HostBuf({} bytes)", self.len)
-    }
-}
-
-impl HostBuf {
-    /// `len` zeroed bytes.
-    pub fn new(len: usize) -> Result<HostBuf> {
-        if len == 0 {
-            return Err(Error::Protocol {
-                what: "allocating host memory".into(),
-                detail: "size must be > 0".into(),
-            });
-        }
-        // SAFETY: a fresh private anonymous mapping aliases nothing.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }
-        .map_err(|e| os_error(format!("mmap({len} bytes)"), e.raw_os_error(), None))?;
-        Ok(HostBuf {
-            ptr: NonNull::new(p.cast()).expect("mmap returned NULL"),
-            len,
-        })
-    }
-
-    /// Length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never: zero-length buffers are refused.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The first byte, for the HCA and for copies that must not assume exclusive access.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// The bytes. Peers may change them through RDMA at any time while the buffer is
-    /// registered with remote write access: read them when the protocol says the peer is
-    /// done.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: a live mapping of `len` bytes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The bytes, writable (see [`as_slice`](Self::as_slice)).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: a live mapping of `len` bytes; `&mut self` is exclusive in this process.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for HostBuf {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
 /// Host memory and its registration (the registration is dropped first).
 pub struct HostMr {
     mr: Mr,
@@ -718,25 +647,6 @@ impl fmt::Debug for HostMr {
     }
 }
 
-/// Name of a work completion status (`ibv_wc_status_str`).
-pub fn wc_status_str(status: u32) -> String {
-    match libs() {
-        Ok(l) => {
-            // SAFETY: returns a static string for any value.
-            let p = unsafe { l.v.ibv_wc_status_str(status) };
-            if p.is_null() {
-                format!("status {status}")
-            } else {
-                // SAFETY: a NUL-terminated static string.
-                unsafe { std::ffi::CStr::from_ptr(p) }
-                    .to_string_lossy()
-                    .into_owned()
-            }
-        }
-        Err(_) => format!("status {status}"),
-    }
-}
-
 /// A completion queue (polled, no completion channel).
 pub struct Cq {
     ctx: Context,
@@ -748,8 +658,8 @@ pub struct Cq {
 pub struct Completion {
     /// The work request's id.
     pub wr_id: u64,
-    /// `IBV_WC_*` status (0: success).
-    pub status: u32,
+    /// Its status.
+    pub status: WcStatus,
     /// `IBV_WC_*` opcode.
     pub opcode: u32,
     /// Bytes received (receives).
@@ -809,7 +719,7 @@ impl Cq {
             .iter()
             .map(|w| Completion {
                 wr_id: w.wr_id,
-                status: w.status,
+                status: WcStatus(w.status),
                 opcode: w.opcode,
                 byte_len: w.byte_len,
                 vendor_err: w.vendor_err,
@@ -863,15 +773,6 @@ mod tests {
             .contains("lacks dma-buf MR support"));
         assert!(dmabuf_mr_check(EINVAL).unwrap().contains("LOCAL_WRITE"));
         assert!(dmabuf_mr_check(1234).is_none());
-    }
-
-    #[test]
-    fn host_buf_is_zeroed_and_writable() {
-        let mut b = HostBuf::new(8192).unwrap();
-        assert!(b.as_slice().iter().all(|x| *x == 0));
-        b.as_mut_slice()[8191] = 1;
-        assert_eq!(b.as_slice()[8191], 1);
-        assert!(HostBuf::new(0).is_err());
     }
 
     /// On a machine with rdma-core and an RDMA device this registers host memory; without,

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::device::Device;
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -107,26 +108,11 @@ pub struct Exporter {
     never: std::convert::Infallible,
 }
 
-fn open_error(path: &Path, e: std::io::Error) -> Error {
-    let what = format!("opening the p2pbuf exporter ({})", path.display());
-    match e.kind() {
-        std::io::ErrorKind::NotFound => Error::unavailable(
-            what,
-            format!("{} does not exist", path.display()),
-            Some(
-                "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)"
-                    .into(),
-            ),
-        ),
-        std::io::ErrorKind::PermissionDenied => Error::Io {
-            what,
-            path: path.to_path_buf(),
-            source: e,
-            check: Some("the device is root-only by default".into()),
-        },
-        _ => Error::io(what, path, e),
-    }
-}
+const EXPORTER: Device = Device {
+    name: "the p2pbuf exporter",
+    missing: "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)",
+    denied: "the device is root-only by default",
+};
 
 impl Exporter {
     /// Open [`DEVICE`].
@@ -134,36 +120,20 @@ impl Exporter {
         Self::open_at(DEVICE)
     }
 
-    /// Open the exporter's device at `path`.
-    #[cfg(p2pbuf_uapi)]
+    /// Open the device at `path`.
     pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let dev = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| open_error(path, e))?;
+        #[cfg(p2pbuf_uapi)]
+        let dev = EXPORTER.open(path)?;
+        #[cfg(not(p2pbuf_uapi))]
+        let never = EXPORTER.open(path)?;
         Ok(Exporter {
             path: path.to_path_buf(),
+            #[cfg(p2pbuf_uapi)]
             dev,
+            #[cfg(not(p2pbuf_uapi))]
+            never,
         })
-    }
-
-    /// Open the exporter's device at `path`.
-    #[cfg(not(p2pbuf_uapi))]
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        if let Err(e) = std::fs::metadata(path) {
-            return Err(open_error(path, e));
-        }
-        Err(Error::unavailable(
-            format!("opening the p2pbuf exporter ({})", path.display()),
-            format!(
-                "this p2pbuf library was built without the exporter's uAPI: {}",
-                env!("P2PBUF_NO_UAPI")
-            ),
-            Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
-        ))
     }
 
     /// The device path.

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::device::Device;
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -140,26 +141,11 @@ pub struct Engine {
     never: std::convert::Infallible,
 }
 
-fn open_error(path: &Path, e: std::io::Error) -> Error {
-    let what = format!("opening the DMA engine importer ({})", path.display());
-    match e.kind() {
-        std::io::ErrorKind::NotFound => Error::unavailable(
-            what,
-            format!("{} does not exist", path.display()),
-            Some(
-                "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)"
-                    .into(),
-            ),
-        ),
-        std::io::ErrorKind::PermissionDenied => Error::Io {
-            what,
-            path: path.to_path_buf(),
-            source: e,
-            check: Some("the device is root-only (mode 0600)".into()),
-        },
-        _ => Error::io(what, path, e),
-    }
-}
+const ENGINE: Device = Device {
+    name: "the DMA engine importer",
+    missing: "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)",
+    denied: "the device is root-only (mode 0600)",
+};
 
 impl Engine {
     /// Open [`DEVICE`].
@@ -167,36 +153,20 @@ impl Engine {
         Self::open_at(DEVICE)
     }
 
-    /// Open the importer's device at `path`.
-    #[cfg(p2pbuf_uapi)]
+    /// Open the device at `path`.
     pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let dev = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| open_error(path, e))?;
+        #[cfg(p2pbuf_uapi)]
+        let dev = ENGINE.open(path)?;
+        #[cfg(not(p2pbuf_uapi))]
+        let never = ENGINE.open(path)?;
         Ok(Engine {
             path: path.to_path_buf(),
+            #[cfg(p2pbuf_uapi)]
             dev,
+            #[cfg(not(p2pbuf_uapi))]
+            never,
         })
-    }
-
-    /// Open the importer's device at `path`.
-    #[cfg(not(p2pbuf_uapi))]
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        if let Err(e) = std::fs::metadata(path) {
-            return Err(open_error(path, e));
-        }
-        Err(Error::unavailable(
-            format!("opening the DMA engine importer ({})", path.display()),
-            format!(
-                "this p2pbuf library was built without the uAPI header: {}",
-                env!("P2PBUF_NO_UAPI")
-            ),
-            Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
-        ))
     }
 
     /// The device path.

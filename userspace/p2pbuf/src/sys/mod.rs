@@ -377,8 +377,33 @@ impl RawMapping {
         Ok(RawMapping { ptr, len })
     }
 
+    /// `mmap(NULL, len, READ | WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)`: zeroed,
+    /// page-aligned memory of this process only.
+    pub(crate) fn anonymous(len: usize) -> Result<Self, Errno> {
+        if len == 0 {
+            return Err(Errno::INVAL);
+        }
+        // SAFETY: a fresh private anonymous mapping at an address of the kernel's choosing
+        // (NULL hint, no MAP_FIXED) aliases nothing.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Errno::NOMEM)?;
+        Ok(RawMapping { ptr, len })
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The first byte, for devices (an RDMA registration) that address the memory.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     pub(crate) fn as_slice(&self) -> &[u8] {
