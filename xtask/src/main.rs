@@ -10,6 +10,7 @@ mod hostcheck;
 mod initramfs;
 mod kernel;
 mod ktap;
+mod mail;
 mod modules;
 mod nodes;
 mod patches;
@@ -158,7 +159,7 @@ enum Cmd {
         build: BuildOpts,
         #[command(flatten)]
         vm: VmOpts,
-        /// Repetitions per point (passed to each benchmark program as argv[1]).
+        /// Repetitions per point (passed to each benchmark program as `argv[1]`).
         #[arg(long, default_value_t = 5)]
         reps: u32,
         /// Where to write the results.
@@ -189,7 +190,7 @@ enum Cmd {
         /// worktree and build after each one.
         #[arg(long)]
         build_each: bool,
-        /// Sign off as "Name <mail>" instead of git config user.name/user.email.
+        /// Sign off as `Name <mail>` instead of git config user.name/user.email.
         #[arg(long)]
         signoff: Option<String>,
     },
