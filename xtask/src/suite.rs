@@ -208,6 +208,7 @@ fn vm_test(
         timeout: t,
         echo_console: false,
         print_results: true,
+        print_progress: false,
         label: boot.map_or("test".into(), |b| {
             if b.name == "main" {
                 "test".into()
