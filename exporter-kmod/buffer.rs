@@ -16,7 +16,10 @@ use kernel::{
     pci::p2pdma::{MapType, P2pPages},
     prelude::*,
     str::CString,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
 };
 
 /// What the exporter remembers of one attachment, for debugfs.
@@ -104,6 +107,9 @@ pub(crate) struct Buffer {
     pub(crate) attachments: Mutex<KVec<AttachRecord>>,
     #[pin]
     pub(crate) refusals: Mutex<Refusals>,
+    /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
+    /// importers such as rxe, which bracket every access), for debugfs.
+    pub(crate) cpu_access: [Atomic<u64>; 2],
 }
 
 impl Buffer {
@@ -119,6 +125,7 @@ impl Buffer {
             mem <- new_mutex!(Some(mem)),
             attachments <- new_mutex!(KVec::new()),
             refusals <- new_mutex!(Refusals::default()),
+            cpu_access: [Atomic::new(0), Atomic::new(0)],
         })
     }
 
@@ -215,12 +222,14 @@ impl Exporter for Buffer {
         Ok(sgt)
     }
 
-    fn begin_cpu_access(_this: &Self, _dir: DataDirection) -> Result {
-        // Device memory is mapped uncached: nothing to flush or invalidate.
+    fn begin_cpu_access(this: &Self, _dir: DataDirection) -> Result {
+        // Device memory is mapped uncached: nothing to flush or invalidate; only counted.
+        this.cpu_access[0].add(1, Relaxed);
         Ok(())
     }
 
-    fn end_cpu_access(_this: &Self, _dir: DataDirection) -> Result {
+    fn end_cpu_access(this: &Self, _dir: DataDirection) -> Result {
+        this.cpu_access[1].add(1, Relaxed);
         Ok(())
     }
 
