@@ -50,6 +50,16 @@ wait_for() {
 	return 1
 }
 
+# serve_bg OUT SECONDS ARGS...: `p2pbuf rdma serve ARGS` in the background, its output in OUT
+# and its pid in $srv; waits up to SECONDS for it to listen (status 1 if it does not).
+serve_bg() {
+	_out=$1 _secs=$2
+	shift 2
+	p2pbuf rdma serve "$@" >"$_out" 2>&1 &
+	srv=$!
+	wait_for "$_out" "listening on" "$_secs"
+}
+
 # json_num KEY: the first numeric "KEY":N of stdin (enough for p2pbuf's one-line JSON).
 json_num() { sed -n "s/.*\"$1\":\([0-9-]*\).*/\1/p" | head -1; }
 

@@ -26,16 +26,7 @@ pub fn series_files(ctx: &Ctx) -> Result<Vec<PathBuf>> {
 }
 
 fn git(ctx: &Ctx) -> Result<Command> {
-    let mut c = Command::new("git");
-    c.current_dir(ctx.ksrc()?).args([
-        "-c",
-        "user.name=p2pbuf xtask",
-        "-c",
-        "user.email=xtask@p2pbuf.invalid",
-        "-c",
-        "core.hooksPath=/dev/null",
-    ]);
-    Ok(c)
+    Ok(crate::util::xtask_git(&ctx.ksrc()?))
 }
 
 /// A patch to commit with [`commit_patches`], and the trailers its message gets.

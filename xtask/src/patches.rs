@@ -634,18 +634,7 @@ fn check_dirs(cache: &Path, ksrc: &Path) -> (PathBuf, PathBuf) {
 fn build_each(ctx: &Ctx, series: &[Emitted], cache_lock: Option<fs::File>) -> Result<()> {
     let (wt, kb) = check_dirs(&ctx.cache, &ctx.ksrc()?);
     // The worktree is private: what its `git am` commits never leaves it.
-    let in_wt = || {
-        let mut c = Command::new("git");
-        c.current_dir(&wt).args([
-            "-c",
-            "user.name=p2pbuf xtask",
-            "-c",
-            "user.email=xtask@p2pbuf.invalid",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ]);
-        c
-    };
+    let in_wt = || crate::util::xtask_git(&wt);
     if !wt.join(".git").exists() {
         let _ = output(git(ctx)?.args(["worktree", "prune"]));
         output(

@@ -2,9 +2,8 @@
 //! `linux/rdma-core/` applied, built with cmake/ninja and installed into a staging root that
 //! `initramfs` copies into the guest.
 
-use crate::setup::{private_apt, private_apt_update};
 use crate::util::{hash_files, heading, run_step, Ctx, Stamp};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,36 +28,12 @@ fn patch_files(ctx: &Ctx) -> Result<Vec<PathBuf>> {
 }
 
 fn tarball(ctx: &Ctx) -> Result<PathBuf> {
-    let dl = ctx.cache.join("dl");
-    let tb = dl.join(format!("rdma-core_{RDMA_CORE_VERSION}.orig.tar.gz"));
-    if tb.exists() {
-        return Ok(tb);
-    }
-    fs::create_dir_all(&dl)?;
-    let opts = private_apt(ctx)?;
-    private_apt_update(ctx, &opts)?;
-    // The mirror sometimes answers 404 for the .dsc while the tarball downloads fine, and apt
-    // then exits non-zero: look for the tarball, not at apt's exit code.
-    let _ = run_step(
+    crate::setup::debian_orig_tarball(
         ctx,
-        "apt-get source --download-only rdma-core",
         "rdma-core",
-        Command::new("apt-get")
-            .args(&opts)
-            .args([
-                "source",
-                "--download-only",
-                &format!("rdma-core={RDMA_CORE_VERSION}-1.1"),
-            ])
-            .current_dir(&dl),
-    );
-    if !tb.exists() {
-        bail!(
-            "could not download {} from Debian sid's source packages",
-            tb.display()
-        );
-    }
-    Ok(tb)
+        &format!("{RDMA_CORE_VERSION}-1.1"),
+        &format!("rdma-core_{RDMA_CORE_VERSION}.orig.tar.gz"),
+    )
 }
 
 pub fn rdma_core(ctx: &Ctx) -> Result<()> {

@@ -16,9 +16,7 @@ ktap_ok "rxe0 on $RXE_NETDEV"
 SIZE=16M
 PORT=7471
 # 5 clients: 3 writes, 2 reads.
-p2pbuf rdma serve --port $PORT --buf host --size $SIZE --clients 5 --timeout 120 >/tmp/serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/serve.txt "listening on" 30; then
+if ! serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size $SIZE --clients 5 --timeout 120; then
 	comment /tmp/serve.txt
 	ktap_fail "p2pbuf rdma serve --buf host: registered and listening"
 	kill $srv 2>/dev/null
@@ -72,9 +70,7 @@ ktap_check "server: 3 writes and a read verified, the read past the write report
 	grep -q "done: 4 client(s) verified, 1 failed" /tmp/serve.txt
 
 # The HCA refuses an RDMA WRITE past the end of the MR, and one into a read-only MR.
-p2pbuf rdma serve --port $PORT --buf host --size 1M --access lw,rr --clients 2 --timeout 60 >/tmp/serve.txt 2>&1 &
-srv=$!
-wait_for /tmp/serve.txt "listening on" 30
+serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size 1M --access lw,rr --clients 2 --timeout 60
 timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 1M --pattern 5 --unchecked >/tmp/w.txt 2>&1
 rc=$?
 comment /tmp/w.txt

@@ -93,9 +93,7 @@ fi
 # Device memory from the p2pbuf exporter.
 if [ -e /dev/p2pbuf ]; then
 	if [ "$DMABUF_MR" = supported ]; then
-		p2pbuf rdma serve --port $PORT --buf p2pbuf --size 4M --clients 1 --timeout 60 >/tmp/serve.txt 2>&1 &
-		srv=$!
-		if wait_for /tmp/serve.txt "listening on" 30; then
+		if serve_bg /tmp/serve.txt 30 --port $PORT --buf p2pbuf --size 4M --clients 1 --timeout 60; then
 			ktap_ok "serve --buf p2pbuf: device memory registered"
 			timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 4M --pattern 21 >/tmp/w.txt 2>&1
 			comment /tmp/w.txt

@@ -31,9 +31,7 @@ SIZE=12582912 # 12 MiB: a size no other buffer of this test has, to find it in d
 p2pbuf alloc --kind p2pbuf --size 384M --hold 300 >/tmp/hc_spacer.txt 2>&1 &
 spacer=$!
 wait_for /tmp/hc_spacer.txt "allocated" 60 || comment /tmp/hc_spacer.txt
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients 4 --timeout 120 >/tmp/hc_serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/hc_serve.txt "listening on" 60; then
+if ! serve_bg /tmp/hc_serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 4 --timeout 120; then
 	comment /tmp/hc_serve.txt
 	ktap_fail "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr"
 	kill $srv $spacer 2>/dev/null

@@ -60,9 +60,7 @@ reg_errno 22 "the fd of the null character device (not a dma-buf)" --buf file /d
 if [ -e /dev/p2pbuf ]; then
 	PORT=7475
 	# Read-only to peers (lw,rr): a WRITE is refused, a READ works.
-	p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60 >/tmp/neg_serve.txt 2>&1 &
-	srv=$!
-	if wait_for /tmp/neg_serve.txt "listening on" 30; then
+	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --buf p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60; then
 		timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --pattern 5 >/tmp/w.txt 2>&1
 		rc=$?
 		comment /tmp/w.txt
@@ -87,9 +85,7 @@ if [ -e /dev/p2pbuf ]; then
 	wait $srv
 	comment /tmp/neg_serve.txt
 	# Write-only to peers (lw,rw): a READ is refused.
-	p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60 >/tmp/neg_serve.txt 2>&1 &
-	srv=$!
-	if wait_for /tmp/neg_serve.txt "listening on" 30; then
+	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --buf p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60; then
 		timeout 60 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 64k >/tmp/r.txt 2>&1
 		rc=$?
 		comment /tmp/r.txt

@@ -43,9 +43,7 @@ uptime_s() { cut -d' ' -f1 /proc/uptime; }
 revoked0=$(dmesg | grep -c "$PCI: unbound: .* buffer(s) revoked")
 
 PORT=7476
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size 4M --clients 2 --timeout 120 >/tmp/rv_serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/rv_serve.txt "listening on" 60; then
+if ! serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 4M --clients 2 --timeout 120; then
 	comment /tmp/rv_serve.txt
 	ktap_fail "serve --buf p2pbuf: device memory registered"
 	kill $srv 2>/dev/null
@@ -100,9 +98,7 @@ ktap_check "server: the region is gone, ibv_dereg_mr of the revoked MR succeeds,
 echo "$PCI" >$DRV/bind
 brc=$?
 ktap_check "the exporter binds to $PCI again (exit $brc)" sh -c "[ $brc -eq 0 ] && [ -e $DRV/$PCI ]"
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 60 >/tmp/rv_serve.txt 2>&1 &
-srv=$!
-if wait_for /tmp/rv_serve.txt "listening on" 60; then
+if serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 60; then
 	timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --pattern 43 >/tmp/rv_w.txt 2>&1
 	comment /tmp/rv_w.txt
 fi

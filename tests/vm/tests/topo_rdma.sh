@@ -88,9 +88,7 @@ SIZE=8M
 WOFF=1048576
 WLEN=3145728
 SEED=41
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients 2 --timeout 120 >/tmp/serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/serve.txt "listening on" 60; then
+if ! serve_bg /tmp/serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 2 --timeout 120; then
 	comment /tmp/serve.txt
 	ktap_fail "serve --buf p2pbuf: device memory registered with ibv_reg_dmabuf_mr"
 	for t in attach write read verdict; do ktap_skip "$t" "no server"; done
