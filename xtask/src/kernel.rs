@@ -4,8 +4,8 @@
 //! The benchmark kernel (`cargo xtask bench`) is configured from the same fragment without
 //! its debug block, generated into its own build directory.
 
-use crate::series;
 use crate::util::{hash_files, heading, output, run_step, Ctx, Flavour, Stamp};
+use crate::{mail, series};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs;
@@ -44,7 +44,7 @@ pub fn commit_patches(
     ctx: &Ctx,
     base: &str,
     patches: &[ToCommit],
-    committer: Option<&series::Ident>,
+    committer: Option<&mail::Ident>,
 ) -> Result<Vec<String>> {
     let tmp = ctx
         .cache
@@ -60,7 +60,7 @@ fn commit_patches_in(
     ctx: &Ctx,
     base: &str,
     patches: &[ToCommit],
-    committer: Option<&series::Ident>,
+    committer: Option<&mail::Ident>,
     tmp: &Path,
 ) -> Result<Vec<String>> {
     let index = tmp.join("index");
@@ -112,8 +112,8 @@ fn commit_patches_in(
         }
         let tree = output(git_ix()?.arg("write-tree"))?.trim().to_string();
         let body = fs::read_to_string(&msg_file)?;
-        let msg = series::pipe(git(ctx)?.arg("stripspace"), &format!("{subject}\n\n{body}"))?;
-        let msg = series::add_trailers(&msg, p.trailers)?;
+        let msg = mail::pipe(git(ctx)?.arg("stripspace"), &format!("{subject}\n\n{body}"))?;
+        let msg = mail::add_trailers(&msg, p.trailers)?;
         let mut ct = git(ctx)?;
         ct.args(["commit-tree", &tree, "-p", &parent])
             .env("GIT_AUTHOR_NAME", &author)
@@ -124,7 +124,7 @@ fn commit_patches_in(
             ct.env("GIT_COMMITTER_NAME", &c.name)
                 .env("GIT_COMMITTER_EMAIL", &c.email);
         }
-        parent = series::pipe(&mut ct, &msg)?.trim().to_string();
+        parent = mail::pipe(&mut ct, &msg)?.trim().to_string();
         commits.push(parent.clone());
     }
     Ok(commits)
@@ -685,8 +685,8 @@ mod tests {
         assert_eq!(fs::read_to_string(tree.join("a.c")).unwrap(), "one\n");
         assert!(g(&["status", "--porcelain"]).is_empty());
         // Trailers for the sender, after the patch's own.
-        let me = series::parse_ident("Jane Sender <jane@kernel.org>").unwrap();
-        let t = series::emit_trailers(true, &me);
+        let me = mail::parse_ident("Jane Sender <jane@kernel.org>").unwrap();
+        let t = mail::emit_trailers(true, &me);
         let signed = [ToCommit {
             file: &files[0],
             trailers: &t,

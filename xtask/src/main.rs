@@ -10,6 +10,7 @@ mod hostcheck;
 mod initramfs;
 mod kernel;
 mod ktap;
+mod mail;
 mod modules;
 mod nodes;
 mod patches;

@@ -5,7 +5,8 @@
 //! every step. `--update-from` first exports a kernel-tree branch back into the series.
 
 use crate::kernel::{apply_series, commit_patches, toolchain_reset, ToCommit};
-use crate::series::{self, Ident, Series};
+use crate::mail::{self, Ident};
+use crate::series::{self, Series};
 use crate::util::{heading, output, run_step, Ctx};
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -46,7 +47,7 @@ fn signer(ctx: &Ctx, flag: Option<&str>) -> Result<Ident> {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    let me = series::signer(
+    let me = mail::signer(
         flag,
         cfg("user.name").as_deref(),
         cfg("user.email").as_deref(),
@@ -167,7 +168,7 @@ fn export(ctx: &Ctx, all: &[Series], branch: &str, me: &Ident) -> Result<()> {
             .env("GIT_COMMITTER_NAME", &me.name)
             .env("GIT_COMMITTER_EMAIL", &me.email)
             .env("GIT_COMMITTER_DATE", &c.date);
-        parent = series::pipe(&mut ct, &series::strip_signoffs(&c.message))?
+        parent = mail::pipe(&mut ct, &mail::strip_signoffs(&c.message))?
             .trim()
             .to_string();
         new.push(parent.clone());
@@ -214,10 +215,10 @@ fn export(ctx: &Ctx, all: &[Series], branch: &str, me: &Ident) -> Result<()> {
 }
 
 /// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`).
-fn recipients(ctx: &Ctx, range: &str) -> Result<series::Recipients> {
+fn recipients(ctx: &Ctx, range: &str) -> Result<mail::Recipients> {
     let mbox = output(git(ctx)?.args(["format-patch", "--stdout", "--no-signature", range]))?;
     let ksrc = ctx.ksrc()?;
-    let out = series::pipe(
+    let out = mail::pipe(
         Command::new("perl")
             .current_dir(&ksrc)
             .arg(ksrc.join("scripts/get_maintainer.pl"))
@@ -225,7 +226,7 @@ fn recipients(ctx: &Ctx, range: &str) -> Result<series::Recipients> {
         &mbox,
     )
     .context("scripts/get_maintainer.pl")?;
-    Ok(series::parse_get_maintainer(&out))
+    Ok(mail::parse_get_maintainer(&out))
 }
 
 /// What the checks found in one emitted patch.
@@ -297,7 +298,7 @@ fn kernel_doc(ksrc: &Path, dir: &Path, path: &str) -> Result<Vec<String>> {
     );
     Ok(text
         .lines()
-        .filter(|l| series::is_kernel_doc_warning(l))
+        .filter(|l| mail::is_kernel_doc_warning(l))
         .map(str::to_string)
         .collect())
 }
@@ -305,7 +306,7 @@ fn kernel_doc(ksrc: &Path, dir: &Path, path: &str) -> Result<Vec<String>> {
 /// Whether rustfmt (the kernel's `.rustfmt.toml`) leaves the file as it is.
 fn rustfmt_clean(ksrc: &Path, file: &Path) -> Result<bool> {
     let text = fs::read_to_string(file)?;
-    let formatted = series::pipe(
+    let formatted = mail::pipe(
         Command::new("rustfmt")
             .args(["--emit", "stdout", "--edition", "2021", "--config-path"])
             .arg(ksrc.join(".rustfmt.toml")),
@@ -399,7 +400,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .last()
         .cloned()
         .unwrap_or_else(|| BASE.to_string());
-    let trailers = series::emit_trailers(s.meta.stable, me);
+    let trailers = mail::emit_trailers(s.meta.stable, me);
     let own: Vec<ToCommit> = s
         .patches
         .iter()
