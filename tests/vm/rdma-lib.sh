@@ -60,6 +60,20 @@ serve_bg() {
 	wait_for "$_out" "listening on" "$_secs"
 }
 
+# rdma_op_check OP SIZE OFFSET SEED WANT OK_NAME FAIL_NAME: `p2pbuf rdma OP` (write, read) of
+# SIZE at OFFSET of the server on $PORT, pattern SEED, must exit 0 and print WANT and "OK"
+# (output in /tmp/op.txt); the KTAP result is OK_NAME with the rate, or FAIL_NAME.
+rdma_op_check() {
+	timeout 120 p2pbuf rdma "$1" --server "$RXE_IP:$PORT" --size "$2" --offset "$3" --pattern "$4" >/tmp/op.txt 2>&1
+	_rc=$?
+	comment /tmp/op.txt
+	if [ $_rc -eq 0 ] && grep -q "$5" /tmp/op.txt && grep -q "^OK" /tmp/op.txt; then
+		ktap_ok "$6, $(rate /tmp/op.txt)"
+	else
+		ktap_fail "$7: exit $_rc"
+	fi
+}
+
 # json_num KEY: the first numeric "KEY":N of stdin (enough for p2pbuf's one-line JSON).
 json_num() { sed -n "s/.*\"$1\":\([0-9-]*\).*/\1/p" | head -1; }
 

@@ -28,25 +28,13 @@ ktap_check "p2pbuf rdma serve --buf host: ibv_reg_mr of 16 MiB, listening" \
 
 # write SIZE OFFSET SEED: an RDMA WRITE the server verifies.
 write() {
-	timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" >/tmp/w.txt 2>&1
-	rc=$?
-	comment /tmp/w.txt
-	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/w.txt && grep -q "^OK" /tmp/w.txt; then
-		ktap_ok "RDMA WRITE of $1 at offset $2 (seed $3), verified by the server, $(rate /tmp/w.txt)"
-	else
-		ktap_fail "RDMA WRITE of $1 at offset $2 (seed $3): exit $rc"
-	fi
+	rdma_op_check write "$1" "$2" "$3" "server: verified the pattern" \
+		"RDMA WRITE of $1 at offset $2 (seed $3), verified by the server" "RDMA WRITE of $1 at offset $2 (seed $3)"
 }
 # read SIZE OFFSET SEED: an RDMA READ that must return the pattern written before.
 read_back() {
-	timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" >/tmp/r.txt 2>&1
-	rc=$?
-	comment /tmp/r.txt
-	if [ $rc -eq 0 ] && grep -q "(equal)" /tmp/r.txt && grep -q "^OK" /tmp/r.txt; then
-		ktap_ok "RDMA READ of $1 at offset $2 returns seed $3's pattern, $(rate /tmp/r.txt)"
-	else
-		ktap_fail "RDMA READ of $1 at offset $2 (seed $3): exit $rc"
-	fi
+	rdma_op_check read "$1" "$2" "$3" "(equal)" \
+		"RDMA READ of $1 at offset $2 returns seed $3's pattern" "RDMA READ of $1 at offset $2 (seed $3)"
 }
 write 4M 0 1
 write 5M 4M 2
