@@ -42,9 +42,7 @@ write 3M 13M 3
 read_back 4M 0 1
 # 8 MiB from 4 MiB: seed 2's pattern up to 9 MiB, then other bytes. The client must report
 # the first byte that is not the pattern (at 9 MiB) and fail; the server agrees on checksums.
-timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 8M --offset 4M --pattern 2 >/tmp/r.txt 2>&1
-rc=$?
-comment /tmp/r.txt
+rdma_client 120 /tmp/r.txt read --size 8M --offset 4M --pattern 2
 if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset 9437184" /tmp/r.txt &&
 	grep -q "(equal)" /tmp/r.txt; then
 	ktap_ok "RDMA READ past a write's end: first non-pattern byte at 9 MiB, checksums equal"
@@ -59,14 +57,10 @@ ktap_check "server: 3 writes and a read verified, the read past the write report
 
 # The HCA refuses an RDMA WRITE past the end of the MR, and one into a read-only MR.
 serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size 1M --access lw,rr --clients 2 --timeout 60
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 1M --pattern 5 --unchecked >/tmp/w.txt 2>&1
-rc=$?
-comment /tmp/w.txt
+rdma_client 60 /tmp/w.txt write --size 64k --offset 1M --pattern 5 --unchecked
 ktap_check "RDMA WRITE past the end of the MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 0 --pattern 5 >/tmp/w.txt 2>&1
-rc=$?
-comment /tmp/w.txt
+rdma_client 60 /tmp/w.txt write --size 64k --offset 0 --pattern 5
 ktap_check "RDMA WRITE into a read-only MR (lw,rr): IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
 wait $srv

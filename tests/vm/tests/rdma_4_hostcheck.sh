@@ -60,9 +60,7 @@ BAR=$((${BAR:-0}))
 # hc_write LEN OFFSET SEED: an RDMA WRITE of the lab pattern that the server verifies, and
 # the host check of the same bytes.
 hc_write() {
-	timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" --lab-pattern >/tmp/hc_w.txt 2>&1
-	rc=$?
-	comment /tmp/hc_w.txt
+	rdma_client 120 /tmp/hc_w.txt write --size "$1" --offset "$2" --pattern "$3" --lab-pattern
 	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/hc_w.txt; then
 		ktap_ok "RDMA WRITE of $1 bytes at offset $2 (lab pattern, seed $3) into device memory, verified through the mmap, $(rate /tmp/hc_w.txt)"
 		# The host reads the ivshmem backing file at the same BAR offset.
@@ -77,9 +75,7 @@ hc_write 3145728 5246976 32
 hc_write 1048581 9437307 33
 
 # RDMA READ of the second write back: the client checks the lab pattern.
-timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 3145728 --offset 5246976 --pattern 32 --lab-pattern >/tmp/hc_r.txt 2>&1
-rc=$?
-comment /tmp/hc_r.txt
+rdma_client 120 /tmp/hc_r.txt read --size 3145728 --offset 5246976 --pattern 32 --lab-pattern
 ktap_check "RDMA READ of 3 MiB from device memory returns the lab pattern of seed 32 (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '(equal)' /tmp/hc_r.txt && ! grep -q 'not the pattern' /tmp/hc_r.txt"
 

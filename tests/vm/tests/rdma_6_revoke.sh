@@ -81,9 +81,7 @@ ktap_check "client: a write in the loop completed with IBV_WC_REM_ACCESS_ERR aft
 	sh -c "[ $crc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w.txt && [ ${done_n:-0} -ge 8 ]"
 
 # A new client, after the revoke: refused the same way.
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --pattern 42 >/tmp/rv_w2.txt 2>&1
-rc=$?
-comment /tmp/rv_w2.txt
+rdma_client 60 /tmp/rv_w2.txt write --size 64k --pattern 42
 ktap_check "a new client's RDMA WRITE into the revoked MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w2.txt"
 
