@@ -186,7 +186,7 @@ enum Cmd {
         /// worktree and build after each one.
         #[arg(long)]
         build_each: bool,
-        /// Sign off as "Name <mail>" instead of git config user.name/user.email.
+        /// Sign off as `Name <mail>` instead of git config user.name/user.email.
         #[arg(long)]
         signoff: Option<String>,
     },
