@@ -133,6 +133,37 @@ remote_op() {
 	comment /tmp/op.txt
 	return $_rc
 }
+# remote_ops KIND OP LIST: remote_op of each SIZE:OFFSET:SEED of LIST; a write must be verified
+# by A, a read must read the pattern back. Counts them in $passed and $total.
+remote_ops() {
+	_kind=$1 _op=$2 _list=$3 _mr=""
+	case $_kind.$_op in
+	rdma.write) _name="RDMA WRITE" ;;
+	rdma.read) _name="RDMA READ" ;;
+	fabric.write) _name=fi_write _mr=" (FI_MR_DMABUF)" ;;
+	*) _name=fi_read ;;
+	esac
+	for _w in $_list; do
+		# shellcheck disable=SC2046
+		set -- $(echo "$_w" | tr : ' ')
+		total=$((total + 1))
+		remote_op "$_kind" "$_op" "$1" "$2" "$3"
+		rc=$?
+		if [ "$_op" = write ]; then
+			if [ $rc -eq 0 ] && grep -q "^server: verified the pattern" /tmp/op.txt && grep -q "^OK" /tmp/op.txt; then
+				ok "$_name of $1 at offset $2 (seed $3) into A's device memory$_mr, verified by A: $(rate /tmp/op.txt)"
+				passed=$((passed + 1))
+			else
+				fail "$_name of $1 at offset $2 (seed $3) into A's device memory: exit $rc"
+			fi
+		elif [ $rc -eq 0 ] && grep -q "^OK" /tmp/op.txt && ! grep -q "^read data is not" /tmp/op.txt; then
+			ok "$_name of $1 at offset $2 from A's device memory is seed $3's pattern: $(rate /tmp/op.txt)"
+			passed=$((passed + 1))
+		else
+			fail "$_name of $1 at offset $2 (seed $3) from A's device memory: exit $rc"
+		fi
+	done
+}
 # fi_info_step: libfabric's own listing of the verbs provider must show rxe0.
 fi_info_step() {
 	fi_info -p verbs >/tmp/fi_info.txt 2>&1
@@ -357,34 +388,8 @@ ready*) ok "node A is ready after $(($(date +%s) - t0))s: ${ready#ready }" ;;
 esac
 passed=0
 total=0
-for w in $WRITES; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$w" | tr : ' ')
-	sz=$1 off=$2 seed=$3
-	total=$((total + 1))
-	remote_op rdma write "$sz" "$off" "$seed"
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/op.txt && grep -q "^OK" /tmp/op.txt; then
-		ok "RDMA WRITE of $sz at offset $off (seed $seed) into A's device memory, verified by A: $(rate /tmp/op.txt)"
-		passed=$((passed + 1))
-	else
-		fail "RDMA WRITE of $sz at offset $off (seed $seed) into A's device memory: exit $rc"
-	fi
-done
-for r in $READS; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$r" | tr : ' ')
-	sz=$1 off=$2 seed=$3
-	total=$((total + 1))
-	remote_op rdma read "$sz" "$off" "$seed"
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q "^OK" /tmp/op.txt; then
-		ok "RDMA READ of $sz at offset $off from A's device memory is seed $seed's pattern: $(rate /tmp/op.txt)"
-		passed=$((passed + 1))
-	else
-		fail "RDMA READ of $sz at offset $off (seed $seed) from A's device memory: exit $rc"
-	fi
-done
+remote_ops rdma write "$WRITES"
+remote_ops rdma read "$READS"
 # shellcheck disable=SC2046
 set -- $(echo "$WRONG" | tr : ' ')
 remote_op rdma read "$1" "$2" "$3"
@@ -398,32 +403,8 @@ else
 	fail "RDMA READ of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
 fi
 # libfabric: fi_write and fi_read through p2pbuf-fabric into A's device memory.
-for w in $FWRITES; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$w" | tr : ' ')
-	total=$((total + 1))
-	remote_op fabric write "$1" "$2" "$3"
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q "^server: verified the pattern" /tmp/op.txt && grep -q "^OK" /tmp/op.txt; then
-		ok "fi_write of $1 at offset $2 (seed $3) into A's device memory (FI_MR_DMABUF), verified by A: $(rate /tmp/op.txt)"
-		passed=$((passed + 1))
-	else
-		fail "fi_write of $1 at offset $2 (seed $3) into A's device memory: exit $rc"
-	fi
-done
-for r in $FREADS; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$r" | tr : ' ')
-	total=$((total + 1))
-	remote_op fabric read "$1" "$2" "$3"
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q "^OK" /tmp/op.txt && ! grep -q "^read data is not" /tmp/op.txt; then
-		ok "fi_read of $1 at offset $2 from A's device memory is seed $3's pattern: $(rate /tmp/op.txt)"
-		passed=$((passed + 1))
-	else
-		fail "fi_read of $1 at offset $2 (seed $3) from A's device memory: exit $rc"
-	fi
-done
+remote_ops fabric write "$FWRITES"
+remote_ops fabric read "$FREADS"
 # shellcheck disable=SC2046
 set -- $(echo "$FWRONG" | tr : ' ')
 remote_op fabric read "$1" "$2" "$3"
