@@ -235,6 +235,39 @@ const FRAGMENT: &str = "linux/p2pbuf.config";
 /// `# END debug`, those lines included.
 const DEBUG_BLOCK: &str = "debug";
 
+/// What the benchmark kernel adds to the fragment: the function tracer, to find where the
+/// time of a measured path goes (ftrace `function_graph` in the guest, docs/bench.md "Where
+/// the time goes"). Dynamic ftrace patches the call sites to NOPs until a tracer is switched
+/// on, as distribution kernels ship it; the lab kernel keeps `CONFIG_FTRACE=n`.
+pub const BENCH_TRACING: &str = "\
+# Bench kernel only (xtask/src/kernel.rs, BENCH_TRACING): the function(-graph) tracer.
+CONFIG_FTRACE=y
+CONFIG_FUNCTION_TRACER=y
+CONFIG_FUNCTION_GRAPH_TRACER=y
+CONFIG_DYNAMIC_FTRACE=y
+";
+
+/// The benchmark kernel's fragment: `text` without its debug block, the options that
+/// [`BENCH_TRACING`] sets taken out where `text` sets them, then [`BENCH_TRACING`].
+pub fn bench_fragment(text: &str) -> Result<String> {
+    let extra: Vec<String> = parse_config(BENCH_TRACING)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let kept = without_block(text, DEBUG_BLOCK)?;
+    let mut out: String = kept
+        .lines()
+        .filter(|l| {
+            parse_config(l)
+                .first()
+                .is_none_or(|(k, _)| !extra.contains(k))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    out.push_str(BENCH_TRACING);
+    Ok(out)
+}
+
 /// `text` without the lines from `# BEGIN <name>` to `# END <name>` (markers included, each
 /// alone on its line); every other line kept as it is. An error if the block is missing,
 /// unterminated, nested or repeated, or if an END comes without its BEGIN.
@@ -295,7 +328,7 @@ fn fragment(ctx: &Ctx) -> Result<(PathBuf, String)> {
         Flavour::Bench => {
             let text = fs::read_to_string(&repo)
                 .with_context(|| format!("cannot read {}", repo.display()))?;
-            let bench = without_block(&text, DEBUG_BLOCK).with_context(|| {
+            let bench = bench_fragment(&text).with_context(|| {
                 format!("{FRAGMENT}: the bench kernel leaves out its debug block")
             })?;
             let path = ctx.flavour_build().join("bench.config");
@@ -460,7 +493,10 @@ pub fn describe(ctx: &Ctx, keep_tree: bool) -> String {
                 .and_then(|t| block_options(&t, DEBUG_BLOCK).ok())
                 .map(|v| v.join(", "))
                 .unwrap_or_else(|| "?".into());
-            format!("bench config ({FRAGMENT} without its debug block: no {dropped})")
+            format!(
+                "bench config ({FRAGMENT} without its debug block: no {dropped}; \
+                 with the function tracer, off unless switched on)"
+            )
         }
     };
     // As `sha256sum .config` prints it.
@@ -581,10 +617,13 @@ mod tests {
         assert_eq!(path, cache.join("build/bench/bench.config"));
         assert!(name.contains("without its debug block"), "{name}");
         let repo = fs::read_to_string(bench.root.join(FRAGMENT)).unwrap();
-        assert_eq!(
-            fs::read_to_string(&path).unwrap(),
-            without_block(&repo, DEBUG_BLOCK).unwrap()
-        );
+        let generated = fs::read_to_string(&path).unwrap();
+        assert_eq!(generated, bench_fragment(&repo).unwrap());
+        assert!(generated.starts_with(&without_block(&repo, DEBUG_BLOCK).unwrap()[..40]));
+        // The tracer is on, once: no `CONFIG_FTRACE=n` of the repository's left to contradict it.
+        assert!(config_mismatches(&generated, &generated).is_empty());
+        assert_eq!(generated.matches("CONFIG_FTRACE=").count(), 1);
+        assert!(generated.ends_with(BENCH_TRACING));
         // What the results say about it.
         let kb = bench.kbuild();
         fs::create_dir_all(kb.join("include/config")).unwrap();

@@ -112,6 +112,8 @@ enum Cmd {
     RdmaCore,
     /// Build libfabric 2.1 (Debian's source) against that rdma-core, with fabtests.
     Libfabric,
+    /// Build rdma-core again with pyverbs and its tests/ (for the pyverbs boot).
+    Pyverbs,
     /// Pack the initramfs: busybox, modules, tests, tools.
     Initramfs,
     /// Boot the VM (builds what is stale first).
@@ -140,9 +142,10 @@ enum Cmd {
         #[arg(long)]
         filter: Option<String>,
         /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
-        /// large-bar (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
-        /// Default: all of them, or one boot of the whole suite when --topology/--cpu/--iommu
-        /// are given.
+        /// large-bar, pyverbs (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA
+        /// between them, last). Default: all of them but pyverbs (rdma-core's own test suite:
+        /// by name, or by a --filter of its test), or one boot of the whole suite when
+        /// --topology/--cpu/--iommu are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
@@ -163,9 +166,10 @@ enum Cmd {
         #[arg(long, default_value = "results")]
         out: PathBuf,
         /// Give up on the VM after this many seconds.
-        #[arg(long, default_value_t = 1800)]
+        #[arg(long, default_value_t = 3600)]
         timeout: u64,
-        /// Only run benchmark programs whose file name contains this.
+        /// Only run benchmark programs whose file name contains this (programs named trace-*
+        /// run only when it names them: --filter trace-small).
         #[arg(long)]
         filter: Option<String>,
         /// Boot nothing: write the results from a raw.txt of an earlier run (--reps is ignored).
@@ -257,6 +261,7 @@ fn real_main(cli: Cli) -> Result<()> {
         ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
         Cmd::RdmaCore => rdma_core::rdma_core(&ctx),
+        Cmd::Pyverbs => rdma_core::pyverbs(&ctx),
         Cmd::Libfabric => rdma_core::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
@@ -371,12 +376,26 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout: t,
                 echo_console: false,
                 print_results: false,
+                print_progress: true,
                 label: "bench".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+            println!(
+                "    boot to init: {}; whole run: {:.1}s",
+                o.boot_to_init
+                    .map(|b| format!("{:.1}s", b.as_secs_f64()))
+                    .unwrap_or_else(|| "not seen".into()),
+                o.wall.as_secs_f64()
+            );
             let rep = bench::write_results(&o.parser.lines, &out, reps, Some(&kernel))
                 .with_context(|| format!("console log: {}", o.console_log.display()))?;
             bench_summary(&rep, &out);
+            // The programs' whole output (diagnostics, progress, trace-* call graphs), beside
+            // the protocol lines of raw.txt.
+            let serial = out.join("serial.txt");
+            std::fs::copy(&files.results, &serial)
+                .with_context(|| format!("copying the VM's output to {}", serial.display()))?;
+            println!("    the programs' whole output: {}", serial.display());
             let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
             if !o.problems.is_empty() || o.timed_out || !failed.is_empty() {
                 bail!(
@@ -419,6 +438,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout: t,
                 echo_console: true,
                 print_results: false,
+                print_progress: false,
                 label: "run".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;

@@ -118,6 +118,7 @@ fn boot_node(
         timeout,
         echo_console: false,
         print_results: false,
+        print_progress: false,
         label: format!("node-{}", n.role),
     };
     let name = n.name;

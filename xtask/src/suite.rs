@@ -118,6 +118,25 @@ pub fn vm_tests(
             println!("    boot {label}: {}", b.why);
         }
         let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
+        // The pyverbs boot's initramfs: the lab's plus Python, pyverbs and rdma-core's tests.
+        let py_files;
+        let files = if b.as_ref().is_some_and(|b| b.pyverbs) {
+            let initrd = rdma_core::pyverbs(ctx)
+                .and_then(|()| initramfs::pyverbs_initramfs(ctx, &files.initrd));
+            match initrd {
+                Ok(i) => {
+                    py_files = VmFiles::new(ctx, files.kernel.clone(), i, "");
+                    &py_files
+                }
+                Err(e) => {
+                    summary.push(format!("{label}: FAILED ({e:#})"));
+                    failed.push(label.to_string());
+                    continue;
+                }
+            }
+        } else {
+            files
+        };
         match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
             Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
             Err(e) => {
@@ -189,6 +208,7 @@ fn vm_test(
         timeout: t,
         echo_console: false,
         print_results: true,
+        print_progress: false,
         label: boot.map_or("test".into(), |b| {
             if b.name == "main" {
                 "test".into()

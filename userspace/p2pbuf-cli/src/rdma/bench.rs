@@ -135,6 +135,16 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     for &size in &a.reg_sizes {
         // The buffers of this size; allocation and faulting-in are not timed.
         let host_ok = a.host_max.is_none_or(|m| size <= m);
+        // Large points take seconds to minutes under TCG (allocating 64 GiB of device memory
+        // takes its 16 Mi page references; faulting in host memory): say where the run is.
+        let long = size >= 1 << 30;
+        let progress = |what: &str| {
+            if long {
+                println!("# progress: rdma_reg size={size}: {what}");
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            }
+        };
+        progress("allocating the buffers (not timed)");
         let dmabuf = match device_mem(size, a.uninitialized) {
             Ok(x) => Some(x),
             Err(e) => {
@@ -154,6 +164,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             fault_in(h);
         }
         for rep in 0..a.reps {
+            progress(&format!("repetition {}/{}", rep + 1, a.reps));
             if let Some(d) = &dmabuf {
                 let t = Instant::now();
                 let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
@@ -211,6 +222,9 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                 }
             }
         }
+        progress("freeing the buffers (not timed)");
+        drop(dmabuf);
+        drop(host);
     }
     Ok(())
 }
