@@ -159,7 +159,7 @@ enum Cmd {
         build: BuildOpts,
         #[command(flatten)]
         vm: VmOpts,
-        /// Repetitions per point (passed to each benchmark program as argv[1]).
+        /// Repetitions per point (passed to each benchmark program as `argv[1]`).
         #[arg(long, default_value_t = 5)]
         reps: u32,
         /// Where to write the results.

@@ -3,7 +3,7 @@
 //! `initramfs` copies into the guest.
 
 use crate::util::{hash_files, heading, run_step, Ctx, Stamp};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
