@@ -730,6 +730,7 @@ FIXTURE_TEARDOWN(devmem)
 TEST_F(devmem, import_reports_peer_to_peer)
 {
 	const char *topo = getenv("P2PBUF_TOPOLOGY");
+	struct p2pbuf_attachment a;
 
 	TH_LOG("device memory: map type %s, %u range(s), %llu bytes",
 	       map_type_name(self->info.map_type), self->info.nr_ranges,
@@ -737,9 +738,36 @@ TEST_F(devmem, import_reports_peer_to_peer)
 	EXPECT_EQ(DEVMEM_SIZE, self->info.length);
 	EXPECT_TRUE(self->info.map_type == P2PBUF_DMA_MAP_BUS_ADDR ||
 		    self->info.map_type == P2PBUF_DMA_MAP_THRU_HOST_BRIDGE);
-	/* Behind one switch, the engine gets the peer's bus addresses. */
-	if (topo && !strcmp(topo, "switch"))
+
+	/* The route is the exporter's decision: it reports it for its attachment. */
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.fd = self->d1.fd;
+	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_ATTACHMENT, &a))
+		TH_LOG("P2PBUF_IOCTL_ATTACHMENT: %s", strerror(errno));
+	TH_LOG("exporter: %u attachment(s), %s with map type %s", a.nr_attachments, a.device,
+	       map_type_name(a.map_type));
+	EXPECT_EQ(1U, a.nr_attachments);
+	EXPECT_NE(0, a.device[0]);
+	EXPECT_TRUE(a.map_type == P2PBUF_DMA_MAP_BUS_ADDR ||
+		    a.map_type == P2PBUF_DMA_MAP_THRU_HOST_BRIDGE);
+	/*
+	 * Behind one switch the exporter takes the switch, and the engine (no IOMMU in the lab's
+	 * switch topology) gets the peer's bus addresses.
+	 */
+	if (topo && !strcmp(topo, "switch")) {
+		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, a.map_type);
 		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, self->info.map_type);
+	}
+	/* Released: the exporter lists no attachment any more. */
+	ASSERT_EQ(0, imp_release(self->dev, self->h1));
+	self->h1 = 0;
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.fd = self->d1.fd;
+	EXPECT_EQ(-1, ioctl(self->p2p, P2PBUF_IOCTL_ATTACHMENT, &a));
+	EXPECT_EQ(ENOENT, errno);
+	EXPECT_EQ(0U, a.nr_attachments);
 }
 
 TEST_F_TIMEOUT(devmem, device_to_device, 300)

@@ -29,16 +29,18 @@ use crate::error::{Error, Result};
 /// The importer's misc device.
 pub const DEVICE: &str = "/dev/p2pbuf-dma";
 
-/// How the engine reaches an imported buffer (`P2PBUF_DMA_MAP_*`).
+/// What the engine's DMA addresses for an imported buffer are (`P2PBUF_DMA_MAP_*`), as the
+/// importer sees its own mapping. The route to a peer's memory (switch or host bridge) is the
+/// exporter's decision (`P2PBUF_IOCTL_ATTACHMENT` for p2pbuf buffers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum MapType {
-    /// Device memory whose provider the importer could not identify.
+    /// Nothing mapped.
     Unknown,
     /// System memory, mapped with the DMA API.
     HostMemory,
-    /// Peer device memory at its PCI bus address (through a switch: peer-to-peer).
+    /// Device memory at its PCI bus address, not translated by an IOMMU (peer-to-peer).
     BusAddr,
-    /// Peer device memory through the host bridge.
+    /// Device memory at an IOVA of the engine's IOMMU (through the host bridge).
     ThruHostBridge,
     /// A value this library does not know (a newer module).
     Other(u32),
