@@ -103,7 +103,10 @@ static inline int p2pbuf_bound_device(const char *driver, char *name, size_t len
 		return -1;
 	while ((e = readdir(d)))
 		if (!strncmp(e->d_name, "0000:", 5)) {
-			snprintf(name, len, "%s", e->d_name);
+			size_t n = strnlen(e->d_name, len - 1);
+
+			memcpy(name, e->d_name, n);
+			name[n] = 0;
 			ret = 0;
 			break;
 		}
