@@ -103,8 +103,10 @@ static inline int p2pbuf_bound_device(const char *driver, char *name, size_t len
 		return -1;
 	while ((e = readdir(d)))
 		if (!strncmp(e->d_name, "0000:", 5)) {
-			size_t n = strnlen(e->d_name, len - 1);
+			size_t n = strlen(e->d_name);
 
+			if (n >= len)
+				n = len - 1;
 			memcpy(name, e->d_name, n);
 			name[n] = 0;
 			ret = 0;
@@ -115,7 +117,7 @@ static inline int p2pbuf_bound_device(const char *driver, char *name, size_t len
 }
 
 /* Start and end (exclusive) of BAR bar of the PCI device at sysfs path dev (its
- * "resource" file); 0 or -errno. */
+ * "resource" file); 0 or -errno (both 0 then). */
 static inline int p2pbuf_bar_range(const char *dev, int bar, unsigned long long *lo,
 				   unsigned long long *hi)
 {
@@ -124,6 +126,7 @@ static inline int p2pbuf_bar_range(const char *dev, int bar, unsigned long long 
 	FILE *f;
 	int i;
 
+	*lo = *hi = 0;
 	snprintf(path, sizeof(path), "%s/resource", dev);
 	f = fopen(path, "r");
 	if (!f)
