@@ -16,15 +16,24 @@ use kernel::{
     pci::p2pdma::{MapType, P2pPages},
     prelude::*,
     str::CString,
-    sync::{Arc, Mutex},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
 };
 
-/// What the exporter remembers of one attachment, for debugfs.
+/// Attachments a buffer has room for without allocating (an RDMA NIC, an NVMe drive, a DMA
+/// engine: more are fine, the list grows).
+const ATTACHMENTS_RESERVED: usize = 4;
+
+/// What the exporter remembers of one attachment, for debugfs and `P2PBUF_IOCTL_ATTACHMENT`.
 pub(crate) struct AttachRecord {
     /// Identity of the attachment (its address; never dereferenced).
     key: usize,
-    /// Name of the importing device.
-    pub(crate) device: CString,
+    /// The importing device (a reference, not a copy of its name: attach stays free of
+    /// allocations it does not need, docs/bench.md).
+    pub(crate) device: ARef<device::Device>,
     /// How that device reaches the memory.
     pub(crate) map_type: MapType,
     /// The scatter-gather table of the latest map for this attachment.
@@ -104,6 +113,9 @@ pub(crate) struct Buffer {
     pub(crate) attachments: Mutex<KVec<AttachRecord>>,
     #[pin]
     pub(crate) refusals: Mutex<Refusals>,
+    /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
+    /// importers such as rxe, which bracket every access), for debugfs.
+    pub(crate) cpu_access: [Atomic<u64>; 2],
 }
 
 impl Buffer {
@@ -117,8 +129,10 @@ impl Buffer {
             size,
             offset,
             mem <- new_mutex!(Some(mem)),
-            attachments <- new_mutex!(KVec::new()),
+            // Room for a few importers, so that attaching does not allocate (docs/bench.md).
+            attachments <- new_mutex!(KVec::with_capacity(ATTACHMENTS_RESERVED, GFP_KERNEL)?),
             refusals <- new_mutex!(Refusals::default()),
+            cpu_access: [Atomic::new(0), Atomic::new(0)],
         })
     }
 
@@ -180,7 +194,7 @@ impl Exporter for Buffer {
         );
         let rec = AttachRecord {
             key: core::ptr::from_ref(attach) as usize,
-            device: describe(dev)?,
+            device: dev.into(),
             map_type,
             last_map: None,
         };
@@ -215,12 +229,14 @@ impl Exporter for Buffer {
         Ok(sgt)
     }
 
-    fn begin_cpu_access(_this: &Self, _dir: DataDirection) -> Result {
-        // Device memory is mapped uncached: nothing to flush or invalidate.
+    fn begin_cpu_access(this: &Self, _dir: DataDirection) -> Result {
+        // Device memory is mapped uncached: nothing to flush or invalidate; only counted.
+        this.cpu_access[0].add(1, Relaxed);
         Ok(())
     }
 
-    fn end_cpu_access(_this: &Self, _dir: DataDirection) -> Result {
+    fn end_cpu_access(this: &Self, _dir: DataDirection) -> Result {
+        this.cpu_access[1].add(1, Relaxed);
         Ok(())
     }
 

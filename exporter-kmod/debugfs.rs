@@ -6,7 +6,7 @@
 
 use crate::PROVIDERS;
 use core::fmt;
-use kernel::{debugfs, prelude::*};
+use kernel::{debugfs, prelude::*, sync::atomic::Relaxed};
 
 /// The debugfs directory and its files; removed when dropped.
 pub(crate) struct Files {
@@ -42,7 +42,7 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             let st = b.stats();
             writeln!(
                 f,
-                "buffer {} on {}: {} bytes at BAR offset {:#x}{}{}, maps {} active ({} map / {} unmap calls), vmaps {}",
+                "buffer {} on {}: {} bytes at BAR offset {:#x}{}{}, maps {} active ({} map / {} unmap calls), vmaps {}, cpu access {} begin / {} end",
                 b.id,
                 p.name_str(),
                 b.size,
@@ -52,13 +52,15 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 st.active_maps,
                 st.maps_total,
                 st.unmaps_total,
-                st.active_vmaps
+                st.active_vmaps,
+                b.cpu_access[0].load(Relaxed),
+                b.cpu_access[1].load(Relaxed)
             )?;
             for a in b.attachments.lock().iter() {
                 write!(
                     f,
                     "  attached: {} ({})",
-                    a.device.to_str().unwrap_or("?"),
+                    a.device.name().to_str().unwrap_or("?"),
                     a.map_type.name().to_str().unwrap_or("?")
                 )?;
                 match a.last_map {

@@ -332,7 +332,7 @@ fn attachment(arg: usize) -> Result {
                 // `Buffer::attach` refuses every other map type.
                 MapType::NotSupported => 0,
             };
-            uapi::copy_cstr(&mut out.device, rec.device.to_bytes());
+            uapi::copy_cstr(&mut out.device, rec.device.name().to_bytes());
         }
         rec.is_some()
     };

@@ -21,4 +21,6 @@ fi
 # allocator needs /dev/p2pbuf (the exporter, loaded by run-tests.sh).
 echo "# python: $(python3 --version 2>&1); rxe0 RoCE v2 GID index $(rxe_gid_index)"
 [ -c /dev/p2pbuf ] || echo "# /dev/p2pbuf is missing: the p2pbuf allocator will fail"
-exec python3 /p2pbuf/pyverbs_ktap.py suite "$RXE_DEV"
+# p2pbuf.pyverbs=dmabuf (`--append`): only the dma-buf MR tests (minutes, not half an hour).
+which=$(cmdline_arg pyverbs)
+exec python3 /p2pbuf/pyverbs_ktap.py suite "$RXE_DEV" "${which:-all}"

@@ -8,10 +8,11 @@
 # the same bytes in the ivshmem backing file on the host (xtask/src/hostcheck.rs): the rxe
 # data path wrote into the device's BAR, not into some copy. The BAR offset of the buffer
 # comes from the exporter's debugfs, which also shows rxe's attachment (the NIC's PCI
-# device, the map type) and its kernel mapping (vmaps).
+# device, the map type) and its kernel mapping (vmaps), and counts the CPU-access brackets
+# (begin/end_cpu_access): rxe brackets every packet's copy into the MR (review M6).
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
-ktap_plan 9
+ktap_plan 10
 if ! rxe_setup; then
 	ktap_fail "rxe0 on $RXE_NETDEV"
 	ktap_exit
@@ -19,7 +20,7 @@ fi
 ktap_ok "rxe0 on $RXE_NETDEV"
 DBG=/sys/kernel/debug/p2pbuf/buffers
 if [ ! -e /dev/p2pbuf ] || [ ! -r $DBG ]; then
-	for i in 2 3 4 5 6 7 8 9; do ktap_skip "RDMA into device memory, host check $i" "no /dev/p2pbuf or no $DBG"; done
+	for i in 2 3 4 5 6 7 8 9 10; do ktap_skip "RDMA into device memory, host check $i" "no /dev/p2pbuf or no $DBG"; done
 	ktap_exit
 fi
 
@@ -73,6 +74,16 @@ hc_write() {
 hc_write 4194304 0 31
 hc_write 3145728 5246976 32
 hc_write 1048581 9437307 33
+
+# CPU access: rxe copied the 8 MiB into the BAR inside dma_buf_begin_cpu_access() /
+# dma_buf_end_cpu_access() brackets, one per packet (at most 4 KiB each), so the exporter saw
+# at least 2048 of each, as many ends as begins. (The server's 3 checks through its mmap add a
+# DMA_BUF_IOCTL_SYNC bracket each; without rxe's there would be only those.)
+line=$(grep "^buffer .*: $SIZE bytes at BAR offset" $DBG | head -1)
+begins=$(echo "$line" | sed -n 's/.*cpu access \([0-9]*\) begin \/ \([0-9]*\) end.*/\1/p')
+ends=$(echo "$line" | sed -n 's/.*cpu access \([0-9]*\) begin \/ \([0-9]*\) end.*/\2/p')
+ktap_check "CPU access brackets around rxe's copies into the MR: ${begins:-?} begin_cpu_access, ${ends:-?} end_cpu_access (want >= 2048, equal)" \
+	sh -c "[ ${begins:-0} -ge 2048 ] && [ ${begins:-0} -eq ${ends:--1} ]"
 
 # RDMA READ of the second write back: the client checks the lab pattern.
 rdma_client 120 /tmp/hc_r.txt read --size 3145728 --offset 5246976 --pattern 32 --lab-pattern

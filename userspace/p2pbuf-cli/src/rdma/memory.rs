@@ -125,6 +125,11 @@ fn io_err(what: &str, path: &Path, source: std::io::Error) -> Error {
     }
 }
 
+/// Whether `--buf` asks for p2pbuf device memory.
+pub fn is_p2pbuf(b: &BufArgs) -> p2pbuf::Result<bool> {
+    Ok(BufSpec::parse(&b.buf)? == BufSpec::Memory(Source::P2pbuf))
+}
+
 pub fn get_memory(b: &BufArgs, wait: u64) -> p2pbuf::Result<Memory> {
     Ok(match BufSpec::parse(&b.buf)? {
         BufSpec::Memory(src) => {
