@@ -130,18 +130,6 @@ static int read_faults(volatile uint8_t *p)
 	return faulted;
 }
 
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
 FIXTURE(p2pbuf)
 {
 	int dev;

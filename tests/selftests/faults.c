@@ -33,14 +33,6 @@
 #define P2P_DEV "/dev/p2pbuf"
 #define DMA_DEV "/dev/p2pbuf-dma"
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Free bytes of the first bound provider, or -1. */
 static long long provider_free(int p2p)
 {

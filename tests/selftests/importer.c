@@ -81,30 +81,6 @@ __attribute__((destructor)) static void unload_modules(void)
 		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
 }
 
-/* A number from the kernel command line (p2pbuf.<key>=N), or def. */
-static unsigned long cmdline_ul(const char *key, unsigned long def)
-{
-	char line[4096], pat[64], *p;
-	FILE *f = fopen("/proc/cmdline", "r");
-	unsigned long v = def;
-
-	if (!f)
-		return def;
-	snprintf(pat, sizeof(pat), "p2pbuf.%s=", key);
-	if (fgets(line, sizeof(line), f) && (p = strstr(line, pat)))
-		v = strtoul(p + strlen(pat), NULL, 0);
-	fclose(f);
-	return v;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* A dma-buf with a CPU mapping. */
 struct buf {
 	int fd;		/* the dma-buf */
@@ -654,37 +630,6 @@ TEST_F_TIMEOUT(importer, signal_gives_short_count, 120)
 	cpu_access(&self->b, 0);
 }
 
-/* The PCI name of the device p2pbuf_importer is bound to, or -1. */
-static int bound_device(char *name, size_t len)
-{
-	DIR *d = opendir("/sys/bus/pci/drivers/p2pbuf_importer");
-	struct dirent *e;
-	int ret = -1;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (!strncmp(e->d_name, "0000:", 5)) {
-			snprintf(name, len, "%.63s", e->d_name);
-			ret = 0;
-			break;
-		}
-	closedir(d);
-	return ret;
-}
-
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
 /* Unbinding the engine stops a copy in flight, detaches every buffer; binding again works. */
 TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 {
@@ -696,7 +641,7 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	pthread_t t;
 	int fd, r;
 
-	ASSERT_EQ(0, bound_device(name, sizeof(name)));
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
 	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
 	usleep(700 * 1000);
 	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/unbind", name);

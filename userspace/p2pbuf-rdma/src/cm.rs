@@ -460,6 +460,11 @@ fn conn_param(private_data: &[u8]) -> Result<ffi::rdma_conn_param> {
 }
 
 /// The peer's address of a connected (or connecting) id.
+///
+/// # Safety
+///
+/// `id` must point to a live `rdma_cm_id` (not destroyed) whose route librdmacm has filled
+/// in (a connect request's id, or an id after address resolution).
 unsafe fn peer_addr(id: *mut ffi::rdma_cm_id) -> Option<SocketAddr> {
     let sa = &(*id).route.addr.__bindgen_anon_2;
     let fam = sa.dst_addr.sa_family;

@@ -4,13 +4,9 @@
 //! binary built with this crate starts on a machine without rdma-core and reports that
 //! instead.
 
-#![allow(
-    nonstandard_style,
-    dead_code,
-    missing_docs,
-    unsafe_op_in_unsafe_fn,
-    clippy::all
-)]
+// Generated code: its names, its unused items, its unsafe fns.
+#![allow(nonstandard_style, dead_code, missing_docs)]
+#![allow(unsafe_op_in_unsafe_fn, clippy::all)]
 
 use std::sync::OnceLock;
 

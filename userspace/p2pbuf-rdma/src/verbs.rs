@@ -42,42 +42,33 @@ use errnos::*;
 pub const NO_DEVICE_CHECK: &str =
     "no RDMA device: run `rdma link add rxe0 type rxe netdev eth0` (soft-RoCE), or load the NIC's RDMA driver";
 
-/// Memory region access flags (`IBV_ACCESS_*`).
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
-pub struct Access(pub u32);
+bitflags::bitflags! {
+    /// Memory region access flags (`IBV_ACCESS_*`). Bits without a name here (e.g.
+    /// `IBV_ACCESS_ON_DEMAND`, 0x40) are kept as they are, to pass through to the provider.
+    #[derive(Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Access: u32 {
+        /// `IBV_ACCESS_LOCAL_WRITE`: the HCA may write it (receive, RDMA READ target).
+        const LOCAL_WRITE = acc::IBV_ACCESS_LOCAL_WRITE;
+        /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA WRITE into it (needs LOCAL_WRITE).
+        const REMOTE_WRITE = acc::IBV_ACCESS_REMOTE_WRITE;
+        /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA READ from it.
+        const REMOTE_READ = acc::IBV_ACCESS_REMOTE_READ;
+        /// `IBV_ACCESS_REMOTE_ATOMIC` (needs LOCAL_WRITE).
+        const REMOTE_ATOMIC = acc::IBV_ACCESS_REMOTE_ATOMIC;
+        /// What a buffer that peers write and read needs.
+        const REMOTE_RW = Self::LOCAL_WRITE.bits() | Self::REMOTE_WRITE.bits() | Self::REMOTE_READ.bits();
+        // Any other bit is the provider's to judge.
+        const _ = !0;
+    }
+}
 
 impl Access {
-    /// `IBV_ACCESS_LOCAL_WRITE`: the HCA may write it (receive, RDMA READ target).
-    pub const LOCAL_WRITE: Access = Access(acc::IBV_ACCESS_LOCAL_WRITE);
-    /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA WRITE into it (needs LOCAL_WRITE).
-    pub const REMOTE_WRITE: Access = Access(acc::IBV_ACCESS_REMOTE_WRITE);
-    /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA READ from it.
-    pub const REMOTE_READ: Access = Access(acc::IBV_ACCESS_REMOTE_READ);
-    /// `IBV_ACCESS_REMOTE_ATOMIC` (needs LOCAL_WRITE).
-    pub const REMOTE_ATOMIC: Access = Access(acc::IBV_ACCESS_REMOTE_ATOMIC);
-    /// What a buffer that peers write and read needs.
-    pub const REMOTE_RW: Access = Access(
-        acc::IBV_ACCESS_LOCAL_WRITE | acc::IBV_ACCESS_REMOTE_WRITE | acc::IBV_ACCESS_REMOTE_READ,
-    );
-
     const NAMES: [(&'static str, &'static str, Access); 4] = [
         ("lw", "LOCAL_WRITE", Access::LOCAL_WRITE),
         ("rw", "REMOTE_WRITE", Access::REMOTE_WRITE),
         ("rr", "REMOTE_READ", Access::REMOTE_READ),
         ("ra", "REMOTE_ATOMIC", Access::REMOTE_ATOMIC),
     ];
-
-    /// Whether every bit of `other` is set.
-    pub fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl std::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, o: Access) -> Access {
-        Access(self.0 | o.0)
-    }
 }
 
 impl fmt::Debug for Access {
@@ -93,9 +84,9 @@ impl fmt::Display for Access {
             .filter(|(_, _, a)| self.contains(*a))
             .map(|(_, n, _)| n.to_string())
             .collect();
-        let known = Access::NAMES.iter().fold(0, |m, (_, _, a)| m | a.0);
-        if self.0 & !known != 0 {
-            parts.push(format!("{:#x}", self.0 & !known));
+        let known = Access::NAMES.iter().fold(0, |m, (_, _, a)| m | a.bits());
+        if self.bits() & !known != 0 {
+            parts.push(format!("{:#x}", self.bits() & !known));
         }
         if parts.is_empty() {
             parts.push("none".into());
@@ -114,7 +105,7 @@ impl std::str::FromStr for Access {
     type Err = String;
     /// `lw,rw,rr` (or the long names, or `none`, or a number).
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let mut a = Access(0);
+        let mut a = Access::empty();
         for w in s.split([',', '|']).map(str::trim).filter(|w| !w.is_empty()) {
             if w.eq_ignore_ascii_case("none") {
                 continue;
@@ -124,13 +115,13 @@ impl std::str::FromStr for Access {
                     || w.eq_ignore_ascii_case(long)
                     || w.eq_ignore_ascii_case(&format!("IBV_ACCESS_{long}"))
             }) {
-                a = a | *x;
+                a |= *x;
             } else if let Some(n) = w
                 .strip_prefix("0x")
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
                 .or_else(|| w.parse().ok())
             {
-                a = a | Access(n);
+                a |= Access::from_bits_retain(n);
             } else {
                 return Err(format!(
                     "unknown access flag {w:?} (lw, rw, rr, ra, none, or a number)"
@@ -432,7 +423,7 @@ impl Pd {
                 self.as_ptr(),
                 buf.as_ptr().cast(),
                 buf.len(),
-                access.0 as i32,
+                access.bits() as i32,
             )
         };
         let mr = NonNull::new(mr).ok_or_else(|| {
@@ -481,7 +472,7 @@ impl Pd {
                 len,
                 iova,
                 raw,
-                access.0 as i32,
+                access.bits() as i32,
             )
         };
         let mr = NonNull::new(mr).ok_or_else(|| {
@@ -744,8 +735,8 @@ mod tests {
         let a: Access = "lw,rw,rr".parse().unwrap();
         assert_eq!(a, Access::REMOTE_RW);
         assert_eq!(a.to_string(), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ");
-        assert_eq!("none".parse::<Access>().unwrap(), Access(0));
-        assert_eq!(Access(0).to_string(), "none");
+        assert_eq!("none".parse::<Access>().unwrap(), Access::empty());
+        assert_eq!(Access::empty().to_string(), "none");
         assert_eq!(
             "IBV_ACCESS_REMOTE_READ".parse::<Access>().unwrap(),
             Access::REMOTE_READ
@@ -755,15 +746,15 @@ mod tests {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE
         );
         assert!("bogus".parse::<Access>().is_err());
-        assert_eq!(Access(1 << 30).to_string(), "0x40000000");
+        assert_eq!(Access::from_bits_retain(1 << 30).to_string(), "0x40000000");
     }
 
     #[test]
     fn access_values_are_the_headers() {
-        assert_eq!(Access::LOCAL_WRITE.0, 1);
-        assert_eq!(Access::REMOTE_WRITE.0, 2);
-        assert_eq!(Access::REMOTE_READ.0, 4);
-        assert_eq!(Access::REMOTE_ATOMIC.0, 8);
+        assert_eq!(Access::LOCAL_WRITE.bits(), 1);
+        assert_eq!(Access::REMOTE_WRITE.bits(), 2);
+        assert_eq!(Access::REMOTE_READ.bits(), 4);
+        assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
     }
 
     #[test]

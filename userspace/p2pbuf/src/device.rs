@@ -1,7 +1,7 @@
 //! Opening the project's misc devices (`/dev/p2pbuf`, `/dev/p2pbuf-dma`): one place for the
 //! open and for the errors that say what to load or rebuild.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -41,18 +41,22 @@ impl Device {
 
     /// Open `path` read-write.
     #[cfg(p2pbuf_uapi)]
-    pub fn open(&self, path: &Path) -> Result<std::fs::File> {
-        std::fs::OpenOptions::new()
+    pub fn open(&self, path: &Path) -> Result<Opened> {
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| self.open_error(path, e))
+            .map_err(|e| self.open_error(path, e))?;
+        Ok(Opened {
+            path: path.to_path_buf(),
+            file,
+        })
     }
 
     /// Without the uAPI header nothing can be asked of the device: say so (or that it is
     /// missing).
     #[cfg(not(p2pbuf_uapi))]
-    pub fn open(&self, path: &Path) -> Result<std::convert::Infallible> {
+    pub fn open(&self, path: &Path) -> Result<Opened> {
         if let Err(e) = std::fs::metadata(path) {
             return Err(self.open_error(path, e));
         }
@@ -64,5 +68,24 @@ impl Device {
             ),
             Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
         ))
+    }
+}
+
+/// An open device: its path, and its file (a library built without the uAPI header opens
+/// none: `never`).
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// Where it was opened.
+    pub path: PathBuf,
+    #[cfg(p2pbuf_uapi)]
+    pub file: std::fs::File,
+    #[cfg(not(p2pbuf_uapi))]
+    pub never: std::convert::Infallible,
+}
+
+#[cfg(p2pbuf_uapi)]
+impl std::os::fd::AsFd for Opened {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
     }
 }

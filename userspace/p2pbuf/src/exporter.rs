@@ -13,11 +13,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
-use crate::device::Device;
+use crate::device::{Device, Opened};
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -101,11 +101,7 @@ pub struct Allocation {
 /// An open `/dev/p2pbuf`.
 #[derive(Debug)]
 pub struct Exporter {
-    path: PathBuf,
-    #[cfg(p2pbuf_uapi)]
-    dev: std::fs::File,
-    #[cfg(not(p2pbuf_uapi))]
-    never: std::convert::Infallible,
+    dev: Opened,
 }
 
 const EXPORTER: Device = Device {
@@ -122,23 +118,14 @@ impl Exporter {
 
     /// Open the device at `path`.
     pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        #[cfg(p2pbuf_uapi)]
-        let dev = EXPORTER.open(path)?;
-        #[cfg(not(p2pbuf_uapi))]
-        let never = EXPORTER.open(path)?;
         Ok(Exporter {
-            path: path.to_path_buf(),
-            #[cfg(p2pbuf_uapi)]
-            dev,
-            #[cfg(not(p2pbuf_uapi))]
-            never,
+            dev: EXPORTER.open(path.as_ref())?,
         })
     }
 
     /// The device path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.dev.path
     }
 }
 
@@ -158,7 +145,7 @@ mod imp {
         let check = if e == Errno::NOTTY {
             format!(
                 "{} does not answer this uAPI: is it the p2pbuf exporter, of the same version as this library?",
-                ex.path.display()
+                ex.path().display()
             )
         } else {
             check.to_string()
@@ -358,27 +345,27 @@ mod imp {
 impl Exporter {
     /// `P2PBUF_IOCTL_INFO`.
     pub fn info(&self) -> Result<ExporterInfo> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_PROVIDER_INFO` for provider `id`.
     pub fn provider(&self, _id: u32) -> Result<Provider> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// The bound provider with the smallest id of `id` or more.
     pub fn next_provider(&self, _id: u32) -> Result<Option<Provider>> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// Every provider.
     pub fn providers(&self) -> Result<Vec<Provider>> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_ALLOC`.
     pub fn alloc(&self, _provider: u32, _length: u64) -> Result<Allocation> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_ALLOC` with `P2PBUF_ALLOC_UNINITIALIZED` or not.
@@ -388,17 +375,17 @@ impl Exporter {
         _length: u64,
         _uninitialized: bool,
     ) -> Result<Allocation> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_REVOKE`.
     pub fn revoke(&self, _buf: &DmaBuf) -> Result<()> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_REFUSAL`.
     pub fn refusals(&self, _buf: &DmaBuf) -> Result<BufferRefusals> {
-        match self.never {}
+        match self.dev.never {}
     }
 }
 

@@ -18,11 +18,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
-use crate::device::Device;
+use crate::device::{Device, Opened};
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -134,11 +134,7 @@ pub struct CopyDone {
 /// An open `/dev/p2pbuf-dma`. Handles belong to it and are released when it is dropped.
 #[derive(Debug)]
 pub struct Engine {
-    path: PathBuf,
-    #[cfg(p2pbuf_uapi)]
-    dev: std::fs::File,
-    #[cfg(not(p2pbuf_uapi))]
-    never: std::convert::Infallible,
+    dev: Opened,
 }
 
 const ENGINE: Device = Device {
@@ -155,23 +151,14 @@ impl Engine {
 
     /// Open the device at `path`.
     pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        #[cfg(p2pbuf_uapi)]
-        let dev = ENGINE.open(path)?;
-        #[cfg(not(p2pbuf_uapi))]
-        let never = ENGINE.open(path)?;
         Ok(Engine {
-            path: path.to_path_buf(),
-            #[cfg(p2pbuf_uapi)]
-            dev,
-            #[cfg(not(p2pbuf_uapi))]
-            never,
+            dev: ENGINE.open(path.as_ref())?,
         })
     }
 
     /// The device path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.dev.path
     }
 }
 
@@ -192,7 +179,7 @@ mod imp {
         let check = if e == Errno::NOTTY {
             format!(
                 "{} does not answer this uAPI: is it the p2pbuf importer, of the same version as this library?",
-                eng.path.display()
+                eng.path().display()
             )
         } else if e == Errno::NODEV {
             "the engine's device was unbound, or the buffer was revoked by its exporter".into()
@@ -296,17 +283,17 @@ mod imp {
 impl Engine {
     /// `P2PBUF_DMA_IOCTL_IMPORT`.
     pub fn import(&self, _buf: &DmaBuf) -> Result<Import> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_DMA_IOCTL_RELEASE`.
     pub fn release(&self, _handle: u32) -> Result<()> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_DMA_IOCTL_COPY`.
     pub fn copy(&self, _c: &Copy) -> Result<CopyDone> {
-        match self.never {}
+        match self.dev.never {}
     }
 }
 

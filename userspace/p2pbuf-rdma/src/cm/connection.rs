@@ -270,6 +270,35 @@ impl Connection {
         ))
     }
 
+    /// Post one RDMA WRITE or READ of `len` bytes (at most 1 GiB) between `local` at
+    /// `local_off` and the peer's `remote_addr`/`rkey`; its work request id.
+    fn post_rdma(
+        &self,
+        op: Op,
+        local: &MrInfo,
+        local_off: u64,
+        len: u64,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<u64> {
+        let mut sge = ffi::ibv_sge {
+            addr: local.addr + local_off,
+            length: len as u32,
+            lkey: local.lkey,
+        };
+        let mut wr = ffi::ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: match op {
+                Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+            },
+            ..Default::default()
+        };
+        wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+        self.post_send(&mut wr)
+    }
+
     /// RDMA WRITE (`Op::Write`: local to remote) or READ (remote to local) of `len` bytes:
     /// `local` is a region of ours (address `local.addr + local_off`), the peer's region
     /// is `remote_addr`/`rkey`. Waits for the completion.
@@ -294,31 +323,20 @@ impl Connection {
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(MAX_WR_BYTES);
-            let mut sge = ffi::ibv_sge {
-                addr: local.addr + local_off + done,
-                length: n as u32,
-                lkey: local.lkey,
-            };
-            let mut wr = ffi::ibv_send_wr {
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: match op {
-                    Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-                    Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
-                },
-                ..Default::default()
-            };
-            wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                remote_addr: remote_addr.wrapping_add(done),
-                rkey,
-            };
             let what = format!(
                 "RDMA {} of {n} bytes {} remote address {:#x} (rkey {rkey:#x})",
                 if op == Op::Write { "WRITE" } else { "READ" },
                 if op == Op::Write { "to" } else { "from" },
                 remote_addr.wrapping_add(done)
             );
-            let id = self.post_send(&mut wr)?;
+            let id = self.post_rdma(
+                op,
+                local,
+                local_off + done,
+                n,
+                remote_addr.wrapping_add(done),
+                rkey,
+            )?;
             let c = self.wait(&what, Duration::from_secs(120), |c| c.wr_id == id)?;
             self.check(what, c)?;
             done += n;
@@ -362,22 +380,14 @@ impl Connection {
         let mut in_flight: VecDeque<u64> = VecDeque::new();
         while done < count {
             while posted < count && posted - done < depth {
-                let mut sge = ffi::ibv_sge {
-                    addr: local.addr + local_off,
-                    length: len as u32,
-                    lkey: local.lkey,
-                };
-                let mut wr = ffi::ibv_send_wr {
-                    sg_list: &mut sge,
-                    num_sge: 1,
-                    opcode: match op {
-                        Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-                        Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
-                    },
-                    ..Default::default()
-                };
-                wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-                in_flight.push_back(self.post_send(&mut wr)?);
+                in_flight.push_back(self.post_rdma(
+                    op,
+                    local,
+                    local_off,
+                    len,
+                    remote_addr,
+                    rkey,
+                )?);
                 posted += 1;
             }
             let what = format!(
