@@ -17,17 +17,23 @@ use kernel::{
     prelude::*,
     str::CString,
     sync::{
+        aref::ARef,
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
 };
 
-/// What the exporter remembers of one attachment, for debugfs.
+/// Attachments a buffer has room for without allocating (an RDMA NIC, an NVMe drive, a DMA
+/// engine: more are fine, the list grows).
+const ATTACHMENTS_RESERVED: usize = 4;
+
+/// What the exporter remembers of one attachment, for debugfs and `P2PBUF_IOCTL_ATTACHMENT`.
 pub(crate) struct AttachRecord {
     /// Identity of the attachment (its address; never dereferenced).
     key: usize,
-    /// Name of the importing device.
-    pub(crate) device: CString,
+    /// The importing device (a reference, not a copy of its name: attach stays free of
+    /// allocations it does not need, docs/bench.md).
+    pub(crate) device: ARef<device::Device>,
     /// How that device reaches the memory.
     pub(crate) map_type: MapType,
     /// The scatter-gather table of the latest map for this attachment.
@@ -123,7 +129,8 @@ impl Buffer {
             size,
             offset,
             mem <- new_mutex!(Some(mem)),
-            attachments <- new_mutex!(KVec::new()),
+            // Room for a few importers, so that attaching does not allocate (docs/bench.md).
+            attachments <- new_mutex!(KVec::with_capacity(ATTACHMENTS_RESERVED, GFP_KERNEL)?),
             refusals <- new_mutex!(Refusals::default()),
             cpu_access: [Atomic::new(0), Atomic::new(0)],
         })
@@ -187,7 +194,7 @@ impl Exporter for Buffer {
         );
         let rec = AttachRecord {
             key: core::ptr::from_ref(attach) as usize,
-            device: describe(dev)?,
+            device: dev.into(),
             map_type,
             last_map: None,
         };

@@ -60,7 +60,7 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 write!(
                     f,
                     "  attached: {} ({})",
-                    a.device.to_str().unwrap_or("?"),
+                    a.device.name().to_str().unwrap_or("?"),
                     a.map_type.name().to_str().unwrap_or("?")
                 )?;
                 match a.last_map {

@@ -19,7 +19,7 @@ use kernel::{
     driver,
     fs::{file::FileDescriptorReservation, File},
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
-    pci,
+    pci::{self, p2pdma::MapType},
     prelude::*,
     sync::Arc,
 };
@@ -205,6 +205,7 @@ impl MiscDevice for P2pbufFile {
             uapi::IOCTL_ALLOC => alloc(arg),
             uapi::IOCTL_REVOKE => revoke(arg),
             uapi::IOCTL_REFUSAL => refusal(arg),
+            uapi::IOCTL_ATTACHMENT => attachment(arg),
             _ => Err(ENOTTY),
         }
         .map(|()| 0)
@@ -305,4 +306,41 @@ fn refusal(arg: usize) -> Result {
         }
     }
     uapi::write_arg(arg, size, &out)
+}
+
+/// `P2PBUF_IOCTL_ATTACHMENT`: the exporter's decision for one importing device of a buffer.
+fn attachment(arg: usize) -> Result {
+    let (a, size) = uapi::read_arg::<uapi::AttachmentInfo>(arg)?;
+    if a.flags != 0 {
+        return Err(EINVAL);
+    }
+    let (buf, _) = buffer(a.fd)?;
+    let mut out = uapi::AttachmentInfo {
+        size: a.size,
+        fd: a.fd,
+        index: a.index,
+        ..Default::default()
+    };
+    let found = {
+        let list = buf.attachments.lock();
+        out.nr_attachments = u32::try_from(list.len()).unwrap_or(u32::MAX);
+        let rec = usize::try_from(a.index).ok().and_then(|i| list.get(i));
+        if let Some(rec) = rec {
+            out.map_type = match rec.map_type {
+                MapType::BusAddr => uapi::DMA_MAP_BUS_ADDR,
+                MapType::ThruHostBridge => uapi::DMA_MAP_THRU_HOST_BRIDGE,
+                // `Buffer::attach` refuses every other map type.
+                MapType::NotSupported => 0,
+            };
+            uapi::copy_cstr(&mut out.device, rec.device.name().to_bytes());
+        }
+        rec.is_some()
+    };
+    // The count is written back with `ENOENT` too: that is how a caller learns it.
+    uapi::write_arg(arg, size, &out)?;
+    if found {
+        Ok(())
+    } else {
+        Err(ENOENT)
+    }
 }

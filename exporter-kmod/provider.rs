@@ -7,10 +7,9 @@ use crate::{buffer::Buffer, uapi, PROVIDERS};
 use kernel::{
     bindings, device,
     device::Core,
-    devres::Devres,
     dma_buf::{export::Exported, DmaBuf},
     new_mutex, pci,
-    pci::p2pdma::P2pPool,
+    pci::p2pdma::DevresP2pPool,
     prelude::*,
     str::CString,
     sync::{aref::ARef, Arc, Mutex},
@@ -48,7 +47,7 @@ const MAX_REFUSALS: usize = 16;
 pub(crate) struct Provider {
     pub(crate) pdev: ARef<pci::Device>,
     /// The device's p2pmem pool; unreachable once the device unbinds.
-    pool: Devres<P2pPool>,
+    pool: DevresP2pPool,
     pub(crate) bar: u32,
     pub(crate) bar_start: u64,
     pub(crate) bar_size: u64,

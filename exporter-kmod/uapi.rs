@@ -38,6 +38,13 @@ pub(crate) const IOCTL_ALLOC: u32 = kernel::ioctl::_IOWR::<Alloc>(MAGIC, 0x02);
 pub(crate) const IOCTL_REVOKE: u32 = kernel::ioctl::_IOW::<Revoke>(MAGIC, 0x03);
 /// `P2PBUF_IOCTL_REFUSAL`: `_IOWR(..., 0x04, struct p2pbuf_refusal)`.
 pub(crate) const IOCTL_REFUSAL: u32 = kernel::ioctl::_IOWR::<Refusal>(MAGIC, 0x04);
+/// `P2PBUF_IOCTL_ATTACHMENT`: `_IOWR(..., 0x05, struct p2pbuf_attachment)`.
+pub(crate) const IOCTL_ATTACHMENT: u32 = kernel::ioctl::_IOWR::<AttachmentInfo>(MAGIC, 0x05);
+
+/// `P2PBUF_DMA_MAP_BUS_ADDR`.
+pub(crate) const DMA_MAP_BUS_ADDR: u32 = 2;
+/// `P2PBUF_DMA_MAP_THRU_HOST_BRIDGE`.
+pub(crate) const DMA_MAP_THRU_HOST_BRIDGE: u32 = 3;
 
 /// `P2PBUF_REFUSAL_NO_P2P_PATH`.
 pub(crate) const REFUSAL_NO_P2P_PATH: u32 = 1;
@@ -147,6 +154,33 @@ impl Default for Refusal {
     }
 }
 
+/// `struct p2pbuf_attachment`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct AttachmentInfo {
+    pub(crate) size: u32,
+    pub(crate) fd: i32,
+    pub(crate) flags: u32,
+    pub(crate) index: u32,
+    pub(crate) nr_attachments: u32,
+    pub(crate) map_type: u32,
+    pub(crate) device: [u8; DEVICE_NAME_LEN],
+}
+
+impl Default for AttachmentInfo {
+    fn default() -> Self {
+        Self {
+            size: 0,
+            fd: 0,
+            flags: 0,
+            index: 0,
+            nr_attachments: 0,
+            map_type: 0,
+            device: [0; DEVICE_NAME_LEN],
+        }
+    }
+}
+
 /// Copies `src` into `dst` as a NUL-terminated string, cut to fit.
 pub(crate) fn copy_cstr(dst: &mut [u8], src: &[u8]) {
     let n = src.len().min(dst.len().saturating_sub(1));
@@ -161,8 +195,9 @@ const _: () = assert!(size_of::<ProviderInfo>() == 80 && ProviderInfo::MIN_SIZE 
 const _: () = assert!(size_of::<Alloc>() == 32 && Alloc::MIN_SIZE == 32);
 const _: () = assert!(size_of::<Revoke>() == 16 && Revoke::MIN_SIZE == 16);
 const _: () = assert!(size_of::<Refusal>() == 224 && Refusal::MIN_SIZE == 224);
+const _: () = assert!(size_of::<AttachmentInfo>() == 88 && AttachmentInfo::MIN_SIZE == 88);
 
-// SAFETY: All five are `repr(C)` structs of integers (and a byte array) without padding (the
+// SAFETY: All six are `repr(C)` structs of integers (and a byte array) without padding (the
 // sizes are asserted above), so every byte pattern is valid and every byte is initialised.
 unsafe impl FromBytes for Info {}
 // SAFETY: See above.
@@ -183,6 +218,10 @@ unsafe impl AsBytes for Revoke {}
 unsafe impl FromBytes for Refusal {}
 // SAFETY: See above.
 unsafe impl AsBytes for Refusal {}
+// SAFETY: See above.
+unsafe impl FromBytes for AttachmentInfo {}
+// SAFETY: See above.
+unsafe impl AsBytes for AttachmentInfo {}
 
 impl ArgStruct for Info {
     const MIN_SIZE: usize = 16;
@@ -198,4 +237,7 @@ impl ArgStruct for Revoke {
 }
 impl ArgStruct for Refusal {
     const MIN_SIZE: usize = 224;
+}
+impl ArgStruct for AttachmentInfo {
+    const MIN_SIZE: usize = 88;
 }

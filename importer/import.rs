@@ -18,7 +18,6 @@ use kernel::{
         import::{dma_ranges, DynamicAttachment, Importer},
         DmaBuf, ResvHeld,
     },
-    pci::p2pdma::{MapType, Provider},
     prelude::*,
     scatterlist::SGTable,
     sync::{
@@ -134,45 +133,49 @@ impl Import {
     }
 }
 
-/// How a mapping reaches the memory, as `P2PBUF_DMA_MAP_*`.
+/// What the engine's DMA addresses for a mapping are, as `P2PBUF_DMA_MAP_*`.
 ///
 /// Only the DMA side of the table is read: an importer must not look at the exporter's pages
-/// (`CONFIG_DMABUF_DEBUG` hands importers a copy without them). The first DMA address is turned
-/// back into a CPU physical address (through the device's IOMMU domain when there is one; a
-/// bus address of a peer, which the IOMMU does not map, is taken as it is, and on x86 a bus
-/// address is the CPU address). System RAM is host memory. Otherwise the map type is the PCI
-/// core's answer for the provider, the PCI device whose memory BAR holds the address.
+/// (`CONFIG_DMABUF_DEBUG` hands importers a copy without them), and which PCI device provides
+/// a peer's memory, or the route to it, is the exporter's knowledge, not the importer's. The
+/// first DMA address is turned back into a CPU physical address through the device's IOMMU
+/// domain when it translates; an address the domain does not map is a peer's bus address,
+/// which on x86 is its CPU address. System RAM is host memory; anything else is device memory,
+/// at its bus address or at an IOVA.
 fn classify(sgt: &SGTable, dev: &device::Device) -> u32 {
     let Some((addr, _)) = dma_ranges(sgt).next() else {
         return uapi::MAP_UNKNOWN;
     };
-    let phys = dma_to_phys(dev, addr);
+    let (phys, translated) = dma_to_phys(dev, addr);
     if is_system_ram(phys) {
-        return uapi::MAP_HOST_MEMORY;
-    }
-    match provider_map_type(phys, dev) {
-        Some(MapType::BusAddr) => uapi::MAP_BUS_ADDR,
-        Some(MapType::ThruHostBridge) => uapi::MAP_THRU_HOST_BRIDGE,
-        Some(MapType::NotSupported) | None => uapi::MAP_UNKNOWN,
+        uapi::MAP_HOST_MEMORY
+    } else if translated {
+        uapi::MAP_THRU_HOST_BRIDGE
+    } else {
+        uapi::MAP_BUS_ADDR
     }
 }
 
-/// The CPU physical address behind DMA address `addr` of `dev`.
-fn dma_to_phys(dev: &device::Device, addr: u64) -> u64 {
+/// The CPU physical address behind DMA address `addr` of `dev`, and whether `dev`'s IOMMU
+/// translated it.
+fn dma_to_phys(dev: &device::Device, addr: u64) -> (u64, bool) {
     // `device::Device` is `repr(transparent)` over `struct device`.
     let raw = core::ptr::from_ref(dev).cast::<bindings::device>().cast_mut();
     // SAFETY: `raw` is a valid device; the IOMMU core returns NULL for a device without an
     // IOMMU domain.
     let domain = unsafe { bindings::iommu_get_domain_for_dev(raw) };
     if domain.is_null() {
-        return addr;
+        return (addr, false);
     }
     // SAFETY: `domain` is the device's domain, valid while the device is bound (it is: it has
-    // an attachment mapped). Identity domains return `addr`; an address the domain does not map
-    // (a peer's bus address) gives 0.
+    // an attachment mapped).
+    if unsafe { (*domain).type_ } == bindings::IOMMU_DOMAIN_IDENTITY {
+        return (addr, false);
+    }
+    // SAFETY: As above. An address the domain does not map (a peer's bus address) gives 0.
     match unsafe { bindings::iommu_iova_to_phys(domain, addr) } {
-        0 => addr,
-        phys => phys,
+        0 => (addr, false),
+        phys => (phys, true),
     }
 }
 
@@ -191,54 +194,4 @@ fn is_system_ram(phys: u64) -> bool {
     };
     // CAST: `REGION_INTERSECTS` is 0.
     r == bindings::REGION_INTERSECTS as i32
-}
-
-/// The PCI core's map type between `client` and the PCI device whose memory BAR contains
-/// `addr`, if there is one.
-fn provider_map_type(addr: u64, client: &device::Device) -> Option<MapType> {
-    let mut found = None;
-    let mut pdev: *mut bindings::pci_dev = core::ptr::null_mut();
-    loop {
-        // SAFETY: `pci_get_device()` drops the reference on `pdev` (NULL at first) and returns
-        // the next device with a new reference, or NULL at the end.
-        pdev = unsafe { bindings::pci_get_device(PCI_ANY_ID, PCI_ANY_ID, pdev) };
-        if pdev.is_null() {
-            break;
-        }
-        // SAFETY: We hold a reference on `pdev`; its resources are set at enumeration.
-        if (0..bindings::PCI_STD_NUM_BARS).any(|bar| unsafe { bar_contains(pdev, bar, addr) }) {
-            let mut provider = bindings::p2pdma_provider {
-                // SAFETY: `pdev` is valid; we hold a reference.
-                owner: unsafe { &raw mut (*pdev).dev },
-                bus_offset: 0,
-            };
-            // SAFETY: `provider` is a valid provider for the duration of the call: the PCI
-            // core's `pci_p2pdma_map_type()` reads only `owner` (and that device's p2pdma
-            // state under RCU), and we hold a reference on it.
-            let p = unsafe { Provider::from_raw(&raw mut provider) };
-            found = Some(p.map_type(client));
-            // SAFETY: We own the reference `pci_get_device()` gave us.
-            unsafe { bindings::pci_dev_put(pdev) };
-            break;
-        }
-    }
-    found
-}
-
-/// `PCI_ANY_ID`, as the unsigned value `pci_get_device()` takes.
-const PCI_ANY_ID: u32 = !0;
-
-/// Whether memory BAR `bar` of `pdev` contains `addr`.
-///
-/// # Safety
-///
-/// `pdev` must be a valid PCI device on which the caller holds a reference.
-unsafe fn bar_contains(pdev: *mut bindings::pci_dev, bar: u32, addr: u64) -> bool {
-    // SAFETY: `pdev` is valid (guaranteed by the caller) and `bar` is below
-    // `PCI_STD_NUM_BARS`, inside the `resource` array.
-    let res = unsafe { &(*pdev).resource[bar as usize] };
-    // CAST: `IORESOURCE_MEM` is a flag bit of the `unsigned long` field.
-    res.flags & bindings::IORESOURCE_MEM as c_ulong != 0
-        && res.end > res.start
-        && (res.start..=res.end).contains(&addr)
 }

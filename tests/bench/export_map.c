@@ -3,15 +3,25 @@
  * Benchmark: export + attach + map latency and scatter-gather entries, by size, for p2pbuf
  * device memory and for udmabuf (system memory), side by side in one run.
  *
- * "export" is the allocation ioctl that returns the dma-buf fd (for p2pbuf: allocate and zero
- * device memory; for udmabuf: memfd + UDMABUF_CREATE). "import" is P2PBUF_DMA_IOCTL_IMPORT on
- * the importer (the edu DMA engine's driver): dma_buf_dynamic_attach + map for its device,
- * which also reports the number of DMA ranges of the mapping.
+ * "export" is the allocation ioctl that returns the dma-buf fd (for p2pbuf: allocate device
+ * memory, P2PBUF_ALLOC_UNINITIALIZED: not zeroed, so that the sweep up to a 64 GiB BAR measures
+ * the allocation and not memset_io(); for udmabuf: memfd + UDMABUF_CREATE, which faults in and
+ * zeroes the memfd's pages, as it must). "import" is P2PBUF_DMA_IOCTL_IMPORT on the importer
+ * (the edu DMA engine's driver): dma_buf_dynamic_attach + map for its device, which also
+ * reports the number of DMA ranges of the mapping. "free" is the release of the import and the
+ * close of the last fd (the buffer goes back to its allocator).
+ *
+ * Sizes: 4 KiB to 64 GiB, p2pbuf up to the provider's free memory (the BAR: cargo xtask bench
+ * --gpu-mem-mib 65536), udmabuf up to what the guest's RAM holds: at most 1 GiB and a third of
+ * MemAvailable (its size_limit_mb, INT_MAX on 7.3 and 64 MiB on older kernels, is raised to
+ * that when lower; a larger memfd would run the guest out of memory). Points of
+ * 1 GiB and more print "# progress:" lines (cargo xtask bench echoes them). argv[1]: the
+ * repetitions; argv[2], optional: the largest size measured.
  *
  * Output (the line protocol of docs/bench.md, parsed by `cargo xtask bench`): a BENCHINFO line
  * (udmabuf is the baseline, the sweep is size), a BENCHMETRIC line per metric, then one line per
  * repetition:
- *   BENCH export_map kind=<p2pbuf|udmabuf> size=<bytes> rep=<n> export_us=<t> import_us=<t> ranges=<n>
+ *   BENCH export_map kind=<p2pbuf|udmabuf> size=<bytes> rep=<n> export_us=<t> import_us=<t> ranges=<n> free_us=<t>
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +48,9 @@ static double now_us(void)
 
 static int export_p2pbuf(int dev, size_t size)
 {
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
+	struct p2pbuf_alloc a = {
+		.size = sizeof(a), .length = size, .flags = P2PBUF_ALLOC_UNINITIALIZED,
+	};
 
 	return p2pbuf_test_alloc(dev, &a) ? -errno : a.fd;
 }
@@ -63,14 +75,73 @@ static int export_udmabuf(int dev, size_t size)
 	return fd < 0 ? -errno : fd;
 }
 
+/* MemAvailable of /proc/meminfo in bytes, 0 if unknown. */
+static unsigned long long mem_available(void)
+{
+	unsigned long long kb = 0;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb << 10;
+}
+
+#define UDMABUF_LIMIT "/sys/module/udmabuf/parameters/size_limit_mb"
+
+/*
+ * The largest udmabuf this run makes: `want`, and udmabuf's size limit raised to it when that
+ * is less and the parameter is writable (else the limit).
+ */
+static unsigned long long udmabuf_limit(unsigned long long want)
+{
+	unsigned long long mb = 64;
+	FILE *f = fopen(UDMABUF_LIMIT, "r");
+
+	if (f) {
+		if (fscanf(f, "%llu", &mb) != 1)
+			mb = 64;
+		fclose(f);
+	}
+	if ((want >> 20) > mb) {
+		f = fopen(UDMABUF_LIMIT, "w");
+		if (f) {
+			fprintf(f, "%llu\n", want >> 20);
+			if (!fclose(f))
+				mb = want >> 20;
+		}
+	}
+	return (mb << 20) < want ? mb << 20 : want;
+}
+
+static void human(char *out, size_t n, unsigned long long b)
+{
+	if (b >= 1ULL << 30)
+		snprintf(out, n, "%llu GiB", b >> 30);
+	else if (b >= 1ULL << 20)
+		snprintf(out, n, "%llu MiB", b >> 20);
+	else
+		snprintf(out, n, "%llu KiB", b >> 10);
+}
+
 int main(int argc, char **argv)
 {
-	/* udmabuf refuses more than its size_limit_mb (64 MiB by default). */
-	static const size_t sizes[] = { 4096, 65536, 1 << 20, 16 << 20, 64 << 20 };
+	static const unsigned long long sizes[] = {
+		4096, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1ULL << 30,
+		4ULL << 30, 16ULL << 30, 64ULL << 30,
+	};
 	int reps = argc > 1 ? atoi(argv[1]) : 5;
+	/* argv[2]: the largest size to measure (tests/bench/trace-small.sh traces 4 KiB alone). */
+	unsigned long long only_upto = argc > 2 ? strtoull(argv[2], NULL, 0) : ~0ULL;
 	int p2p = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
 	int udma = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
 	int imp = open("/dev/p2pbuf-dma", O_RDWR | O_CLOEXEC);
+	struct p2pbuf_provider_info pi;
+	unsigned long long p2p_max, udma_max, avail;
 	unsigned int k, s;
 	int r;
 
@@ -78,6 +149,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "need /dev/p2pbuf, /dev/udmabuf and /dev/p2pbuf-dma: %s\n", strerror(errno));
 		return 4;
 	}
+	if (p2pbuf_first_provider_info(p2p, &pi)) {
+		fprintf(stderr, "no p2pbuf provider: %s\n", strerror(errno));
+		return 4;
+	}
+	p2p_max = pi.free;
+	/* The memfd's pages are the guest's RAM; leave two thirds of what is available. */
+	avail = mem_available();
+	udma_max = 64ULL << 20;
+	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+		if (sizes[s] <= 1ULL << 30 && sizes[s] <= avail / 3)
+			udma_max = sizes[s] > udma_max ? sizes[s] : udma_max;
+	udma_max = udmabuf_limit(udma_max);
+	printf("# export_map: p2pbuf up to %llu bytes (provider %u, BAR %llu bytes), udmabuf up to %llu bytes (MemAvailable %llu)\n",
+	       p2p_max, pi.id, (unsigned long long)pi.bar_size, udma_max, avail);
 	/* One unrecorded round of each kind first: the first ioctls pay for cold caches. */
 	for (k = 0; k < 2; k++) {
 		int fd = k ? export_udmabuf(udma, sizes[0]) : export_p2pbuf(p2p, sizes[0]);
@@ -89,34 +174,51 @@ int main(int argc, char **argv)
 	printf("BENCHMETRIC export_map export_us unit=us better=lower\n");
 	printf("BENCHMETRIC export_map import_us unit=us better=lower\n");
 	printf("BENCHMETRIC export_map ranges unit=ranges better=lower\n");
+	printf("BENCHMETRIC export_map free_us unit=us better=lower\n");
 	fflush(stdout);
 	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		unsigned long long size = sizes[s];
+		char h[32];
+
+		human(h, sizeof(h), size);
 		for (r = 0; r < reps; r++) {
 			for (k = 0; k < 2; k++) {
 				struct p2pbuf_dma_import im = { .size = sizeof(im) };
 				struct p2pbuf_dma_release rel = { .size = sizeof(rel) };
-				double t0, t1, t2;
+				const char *kind = k ? "udmabuf" : "p2pbuf";
+				double t0, t1, t2, t3;
 				int fd;
 
+				if (size > (k ? udma_max : p2p_max) || size > only_upto)
+					continue;
+				if (size >= 1ULL << 30) {
+					printf("# progress: export_map %s %s rep %d/%d: export, import, free...\n",
+					       kind, h, r + 1, reps);
+					fflush(stdout);
+				}
 				t0 = now_us();
-				fd = k ? export_udmabuf(udma, sizes[s]) : export_p2pbuf(p2p, sizes[s]);
+				fd = k ? export_udmabuf(udma, size) : export_p2pbuf(p2p, size);
 				t1 = now_us();
 				if (fd < 0) {
-					fprintf(stderr, "export %zu: %s\n", sizes[s], strerror(-fd));
+					fprintf(stderr, "export %s %llu: %s\n", kind, size, strerror(-fd));
 					return 1;
 				}
 				im.fd = fd;
 				if (ioctl(imp, P2PBUF_DMA_IOCTL_IMPORT, &im)) {
-					fprintf(stderr, "import %zu: %s\n", sizes[s], strerror(errno));
+					fprintf(stderr, "import %s %llu: %s\n", kind, size, strerror(errno));
 					return 1;
 				}
 				t2 = now_us();
-				printf("BENCH export_map kind=%s size=%zu rep=%d export_us=%.1f import_us=%.1f ranges=%u\n",
-				       k ? "udmabuf" : "p2pbuf", sizes[s], r, t1 - t0, t2 - t1, im.nr_ranges);
-				fflush(stdout);
 				rel.handle = im.handle;
 				ioctl(imp, P2PBUF_DMA_IOCTL_RELEASE, &rel);
 				close(fd);
+				t3 = now_us();
+				printf("BENCH export_map kind=%s size=%llu rep=%d export_us=%.1f import_us=%.1f ranges=%u free_us=%.1f\n",
+				       kind, size, r, t1 - t0, t2 - t1, im.nr_ranges, t3 - t2);
+				if (size >= 1ULL << 30)
+					printf("# progress: export_map %s %s rep %d/%d: export %.2f s, import %.2f ms, free %.2f s\n",
+					       kind, h, r + 1, reps, (t1 - t0) / 1e6, (t2 - t1) / 1e3, (t3 - t2) / 1e6);
+				fflush(stdout);
 			}
 		}
 	}

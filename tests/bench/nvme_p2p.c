@@ -43,14 +43,6 @@
 /* The drive region the benchmark reads and writes (apart from the tests' regions). */
 #define DRIVE_OFF (256 * MIB)
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static double cpu_s(void)
 {
 	struct rusage r;

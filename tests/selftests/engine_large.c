@@ -48,14 +48,6 @@
  */
 #define TIMEOUT_64MIB 4000
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* A byte of a position-dependent pattern that no shift of the data can reproduce. */
 static uint8_t pat(size_t i, unsigned int seed)
 {

@@ -130,18 +130,6 @@ static int read_faults(volatile uint8_t *p)
 	return faulted;
 }
 
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
 FIXTURE(p2pbuf)
 {
 	int dev;
@@ -349,6 +337,50 @@ TEST_F(p2pbuf, refusal)
 	r.reserved = 0;
 	r.size = 16;
 	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(EINVAL, errno);
+	close(fd);
+}
+
+static int p2p_attachment(int dev, int fd, __u32 index, struct p2pbuf_attachment *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+	a->fd = fd;
+	a->index = index;
+	return ioctl(dev, P2PBUF_IOCTL_ATTACHMENT, a) ? -errno : 0;
+}
+
+/*
+ * P2PBUF_IOCTL_ATTACHMENT: a buffer nobody attached has none (-ENOENT, with the count
+ * written); each documented errno. The positive case needs an importer: importer.c
+ * (devmem.import_reports_peer_to_peer) and topo_refusal.c.
+ */
+TEST_F(p2pbuf, attachment)
+{
+	struct p2pbuf_attachment a;
+	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
+
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_ATTACHMENT));
+	EXPECT_EQ(sizeof(struct p2pbuf_attachment), _IOC_SIZE(P2PBUF_IOCTL_ATTACHMENT));
+	EXPECT_EQ(-ENOENT, p2p_attachment(self->dev, fd, 0, &a));
+	EXPECT_EQ(0U, a.nr_attachments);
+	EXPECT_EQ(0, a.device[0]);
+	EXPECT_EQ(-ENOENT, p2p_attachment(self->dev, fd, ~0U, &a));
+	/* Closed fd, no fd, not a p2pbuf dma-buf. */
+	EXPECT_EQ(-EBADF, p2p_attachment(self->dev, 12345, 0, &a));
+	EXPECT_EQ(-EBADF, p2p_attachment(self->dev, -1, 0, &a));
+	EXPECT_EQ(-EINVAL, p2p_attachment(self->dev, self->dev, 0, &a));
+	/* Flags, a struct smaller than the first version. */
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.fd = fd;
+	a.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
+	EXPECT_EQ(EINVAL, errno);
+	a.flags = 0;
+	a.size = 16;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
 	EXPECT_EQ(EINVAL, errno);
 	close(fd);
 }

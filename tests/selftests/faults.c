@@ -33,14 +33,6 @@
 #define P2P_DEV "/dev/p2pbuf"
 #define DMA_DEV "/dev/p2pbuf-dma"
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Free bytes of the first bound provider, or -1. */
 static long long provider_free(int p2p)
 {
@@ -342,6 +334,7 @@ static unsigned long real_cmd(unsigned long nr)
 	case 0x02: return P2PBUF_IOCTL_ALLOC;
 	case 0x03: return P2PBUF_IOCTL_REVOKE;
 	case 0x04: return P2PBUF_IOCTL_REFUSAL;
+	case 0x05: return P2PBUF_IOCTL_ATTACHMENT;
 	case 0x10: return P2PBUF_DMA_IOCTL_IMPORT;
 	case 0x11: return P2PBUF_DMA_IOCTL_RELEASE;
 	case 0x12: return P2PBUF_DMA_IOCTL_COPY;
@@ -385,6 +378,14 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 
 		r->size = sizeof(*r);
 		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		break;
+	}
+	case 0x05: {
+		struct p2pbuf_attachment *a = (void *)d;
+
+		a->size = sizeof(*a);
+		a->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		a->index = rnd() % 4 ? 0 : (uint32_t)rnd();
 		break;
 	}
 	case 0x10: {
@@ -446,8 +447,8 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 	if (planted < 0)
 		return 0;
 	for (i = 0; i < iters; i++) {
-		static const unsigned long real[] = { 0x00, 0x01, 0x02, 0x03, 0x04, 0x10, 0x11, 0x12 };
-		unsigned long cmd, nr = rnd() % 4 ? real[rnd() % 8] : rnd() % 0x20;
+		static const unsigned long real[] = { 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x10, 0x11, 0x12 };
+		unsigned long cmd, nr = rnd() % 4 ? real[rnd() % (sizeof(real) / sizeof(real[0]))] : rnd() % 0x20;
 		void *arg = &u;
 		int ret, e;
 

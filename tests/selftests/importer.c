@@ -81,30 +81,6 @@ __attribute__((destructor)) static void unload_modules(void)
 		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
 }
 
-/* A number from the kernel command line (p2pbuf.<key>=N), or def. */
-static unsigned long cmdline_ul(const char *key, unsigned long def)
-{
-	char line[4096], pat[64], *p;
-	FILE *f = fopen("/proc/cmdline", "r");
-	unsigned long v = def;
-
-	if (!f)
-		return def;
-	snprintf(pat, sizeof(pat), "p2pbuf.%s=", key);
-	if (fgets(line, sizeof(line), f) && (p = strstr(line, pat)))
-		v = strtoul(p + strlen(pat), NULL, 0);
-	fclose(f);
-	return v;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* A dma-buf with a CPU mapping. */
 struct buf {
 	int fd;		/* the dma-buf */
@@ -654,37 +630,6 @@ TEST_F_TIMEOUT(importer, signal_gives_short_count, 120)
 	cpu_access(&self->b, 0);
 }
 
-/* The PCI name of the device p2pbuf_importer is bound to, or -1. */
-static int bound_device(char *name, size_t len)
-{
-	DIR *d = opendir("/sys/bus/pci/drivers/p2pbuf_importer");
-	struct dirent *e;
-	int ret = -1;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (!strncmp(e->d_name, "0000:", 5)) {
-			snprintf(name, len, "%.63s", e->d_name);
-			ret = 0;
-			break;
-		}
-	closedir(d);
-	return ret;
-}
-
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
 /* Unbinding the engine stops a copy in flight, detaches every buffer; binding again works. */
 TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 {
@@ -696,7 +641,7 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	pthread_t t;
 	int fd, r;
 
-	ASSERT_EQ(0, bound_device(name, sizeof(name)));
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
 	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
 	usleep(700 * 1000);
 	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/unbind", name);
@@ -785,6 +730,7 @@ FIXTURE_TEARDOWN(devmem)
 TEST_F(devmem, import_reports_peer_to_peer)
 {
 	const char *topo = getenv("P2PBUF_TOPOLOGY");
+	struct p2pbuf_attachment a;
 
 	TH_LOG("device memory: map type %s, %u range(s), %llu bytes",
 	       map_type_name(self->info.map_type), self->info.nr_ranges,
@@ -792,9 +738,36 @@ TEST_F(devmem, import_reports_peer_to_peer)
 	EXPECT_EQ(DEVMEM_SIZE, self->info.length);
 	EXPECT_TRUE(self->info.map_type == P2PBUF_DMA_MAP_BUS_ADDR ||
 		    self->info.map_type == P2PBUF_DMA_MAP_THRU_HOST_BRIDGE);
-	/* Behind one switch, the engine gets the peer's bus addresses. */
-	if (topo && !strcmp(topo, "switch"))
+
+	/* The route is the exporter's decision: it reports it for its attachment. */
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.fd = self->d1.fd;
+	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_ATTACHMENT, &a))
+		TH_LOG("P2PBUF_IOCTL_ATTACHMENT: %s", strerror(errno));
+	TH_LOG("exporter: %u attachment(s), %s with map type %s", a.nr_attachments, a.device,
+	       map_type_name(a.map_type));
+	EXPECT_EQ(1U, a.nr_attachments);
+	EXPECT_NE(0, a.device[0]);
+	EXPECT_TRUE(a.map_type == P2PBUF_DMA_MAP_BUS_ADDR ||
+		    a.map_type == P2PBUF_DMA_MAP_THRU_HOST_BRIDGE);
+	/*
+	 * Behind one switch the exporter takes the switch, and the engine (no IOMMU in the lab's
+	 * switch topology) gets the peer's bus addresses.
+	 */
+	if (topo && !strcmp(topo, "switch")) {
+		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, a.map_type);
 		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, self->info.map_type);
+	}
+	/* Released: the exporter lists no attachment any more. */
+	ASSERT_EQ(0, imp_release(self->dev, self->h1));
+	self->h1 = 0;
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.fd = self->d1.fd;
+	EXPECT_EQ(-1, ioctl(self->p2p, P2PBUF_IOCTL_ATTACHMENT, &a));
+	EXPECT_EQ(ENOENT, errno);
+	EXPECT_EQ(0U, a.nr_attachments);
 }
 
 TEST_F_TIMEOUT(devmem, device_to_device, 300)

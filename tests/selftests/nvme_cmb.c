@@ -74,31 +74,6 @@ static int nvme_pci(char *path, size_t len)
 	return 0;
 }
 
-/* Start and end (exclusive) of BAR `bar` of the device at sysfs path `dev`. */
-static int bar_range(const char *dev, int bar, unsigned long long *lo, unsigned long long *hi)
-{
-	char path[PATH_MAX + 16], line[256];
-	unsigned long long s, e, fl;
-	FILE *f;
-	int i;
-
-	snprintf(path, sizeof(path), "%s/resource", dev);
-	f = fopen(path, "r");
-	if (!f)
-		return -errno;
-	for (i = 0; i <= bar; i++)
-		if (!fgets(line, sizeof(line), f)) {
-			fclose(f);
-			return -EIO;
-		}
-	fclose(f);
-	if (sscanf(line, "%llx %llx %llx", &s, &e, &fl) != 3 || !s)
-		return -EIO;
-	*lo = s;
-	*hi = e + 1;
-	return 0;
-}
-
 /* The BAR of `dev` that contains the p2pmem (the one of p2pmem/size bytes or more). */
 static int cmb_bar(const char *dev, unsigned long long size, unsigned long long *lo,
 		   unsigned long long *hi)
@@ -106,7 +81,7 @@ static int cmb_bar(const char *dev, unsigned long long size, unsigned long long 
 	int bar;
 
 	for (bar = 0; bar < 6; bar++)
-		if (!bar_range(dev, bar, lo, hi) && *hi - *lo >= size && bar != 0)
+		if (!p2pbuf_bar_range(dev, bar, lo, hi) && *hi - *lo >= size && bar != 0)
 			return bar;
 	return -ENOENT;
 }
@@ -268,7 +243,7 @@ TEST_F(cmb, cmb_and_device_memory)
 		SKIP(return, "/dev/p2pbuf: %s", strerror(errno));
 	ASSERT_EQ(0, p2pbuf_first_provider_info(p2p, &p));
 	snprintf(gdev, sizeof(gdev), "/sys/bus/pci/devices/%s", p.pci_name);
-	ASSERT_EQ(0, bar_range(gdev, (int)p.bar, &glo, &ghi));
+	ASSERT_EQ(0, p2pbuf_bar_range(gdev, (int)p.bar, &glo, &ghi));
 	/* Buffers at 5/8 of the BAR, where no other test of the boot puts its own. */
 	spacer = p2p_alloc(p2p, (p.total / 8 * 5) & ~4095ULL, &off_s);
 	ASSERT_GE(spacer, 0);

@@ -69,29 +69,13 @@ static const char *topology(void)
 static int provider_bar(int dev, unsigned long long *lo, unsigned long long *hi)
 {
 	struct p2pbuf_provider_info p = { .size = sizeof(p) };
-	unsigned long long s, e, fl;
-	char path[PATH_MAX], line[256];
-	FILE *f;
-	__u32 i;
+	char path[4096];
 
 	*lo = *hi = 0;
 	if (p2pbuf_first_provider_info(dev, &p))
 		return -errno;
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", p.pci_name);
-	f = fopen(path, "r");
-	if (!f)
-		return -errno;
-	for (i = 0; i <= p.bar; i++)
-		if (!fgets(line, sizeof(line), f)) {
-			fclose(f);
-			return -EIO;
-		}
-	fclose(f);
-	if (sscanf(line, "%llx %llx %llx", &s, &e, &fl) != 3 || !s)
-		return -EIO;
-	*lo = s;
-	*hi = e + 1;
-	return 0;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", p.pci_name);
+	return p2pbuf_bar_range(path, (int)p.bar, lo, hi);
 }
 
 /*

@@ -46,30 +46,6 @@
  * the fence it waits for from ever being signalled by the timeline's release); -1: none. */
 static int races_child_close_fd __attribute__((unused)) = -1;
 
-RACES_HELPER double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* A number from the kernel command line (p2pbuf.<key>=N), or def. */
-RACES_HELPER unsigned long cmdline_ul(const char *key, unsigned long def)
-{
-	char line[4096], pat[64], *p;
-	FILE *f = fopen("/proc/cmdline", "r");
-	unsigned long v = def;
-
-	if (!f)
-		return def;
-	snprintf(pat, sizeof(pat), "p2pbuf.%s=", key);
-	if (fgets(line, sizeof(line), f) && (p = strstr(line, pat)))
-		v = strtoul(p + strlen(pat), NULL, 0);
-	fclose(f);
-	return v;
-}
-
 /*
  * Seconds of racing per test phase: 12 by default, p2pbuf.races_s=N on the kernel command line
  * (cargo xtask test --append p2pbuf.races_s=N) for longer runs. Every test stops at its budget
@@ -98,19 +74,6 @@ RACES_HELPER uint64_t rnd(void)
 	rng_state ^= rng_state << 25;
 	rng_state ^= rng_state >> 27;
 	return rng_state * 2685821657736338717ULL;
-}
-
-RACES_HELPER int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	n = n < 0 ? -errno : 0;
-	close(fd);
-	return (int)n;
 }
 
 /* A decimal number from a sysfs or debugfs file, or -1. */

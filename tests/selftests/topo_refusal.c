@@ -22,25 +22,6 @@
 
 #define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
 
-/* The PCI name of the device p2pbuf_importer is bound to; 0 or -1. */
-static int engine_pci_name(char *name, size_t len)
-{
-	DIR *d = opendir(IMPORTER_DRV);
-	struct dirent *e;
-	int ret = -1;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (!strncmp(e->d_name, "0000:", 5)) {
-			snprintf(name, len, "%s", e->d_name);
-			ret = 0;
-			break;
-		}
-	closedir(d);
-	return ret;
-}
-
 /* Whether p2pdma must refuse this boot's fabric (tests/vm/lib.sh p2p_fabric = refused). */
 static int fabric_refuses(void)
 {
@@ -92,7 +73,7 @@ TEST(refusal_names_the_engine)
 	if (p2p < 0)
 		SKIP(return, "/dev/p2pbuf: %s", strerror(errno));
 	dma = open("/dev/p2pbuf-dma", O_RDWR | O_CLOEXEC);
-	if (dma < 0 || engine_pci_name(engine, sizeof(engine)))
+	if (dma < 0 || p2pbuf_bound_device(IMPORTER_DRV, engine, sizeof(engine)))
 		SKIP(return, "no DMA engine (/dev/p2pbuf-dma, p2pbuf_importer bound)");
 	ASSERT_EQ(0, p2pbuf_test_alloc(p2p, &a)) TH_LOG("alloc: %s", strerror(errno));
 	ASSERT_EQ(0, refusal(p2p, a.fd, &r));

@@ -27,6 +27,29 @@ load_modules() {
 	done
 }
 
+# kmemleak_clear: scan once and forget what kmemleak found so far (leaks from boot are not
+# ours).
+kmemleak_clear() {
+	if [ -w /sys/kernel/debug/kmemleak ]; then
+		echo scan >/sys/kernel/debug/kmemleak
+		echo clear >/sys/kernel/debug/kmemleak
+	fi
+}
+
+# kmemleak_leaks: scan (twice, as kmemleak's documentation advises) and print the objects it
+# reports as KTAP diagnostics. Status 0: no leaks; 1: leaks, $KMEMLEAK_COUNT unreferenced
+# objects; 2: no /sys/kernel/debug/kmemleak.
+kmemleak_leaks() {
+	[ -w /sys/kernel/debug/kmemleak ] || return 2
+	echo scan >/sys/kernel/debug/kmemleak
+	echo scan >/sys/kernel/debug/kmemleak
+	_leaks=$(cat /sys/kernel/debug/kmemleak)
+	[ -z "$_leaks" ] && return 0
+	echo "$_leaks" | sed 's/^/    # /'
+	KMEMLEAK_COUNT=$(echo "$_leaks" | grep -c unreferenced)
+	return 1
+}
+
 # KTAP helpers for the tests: each test script is a KTAP document of its own.
 _n=0
 _failed=0

@@ -50,6 +50,39 @@ wait_for() {
 	return 1
 }
 
+# serve_bg OUT SECONDS ARGS...: `p2pbuf rdma serve ARGS` in the background, its output in OUT
+# and its pid in $srv; waits up to SECONDS for it to listen (status 1 if it does not).
+serve_bg() {
+	_out=$1 _secs=$2
+	shift 2
+	p2pbuf rdma serve "$@" >"$_out" 2>&1 &
+	srv=$!
+	wait_for "$_out" "listening on" "$_secs"
+}
+
+# rdma_client SECONDS OUT OP ARGS...: `p2pbuf rdma OP --server $RXE_IP:$PORT ARGS` for at most
+# SECONDS, its output in OUT (and as comments); its exit status in $rc (and as the status).
+rdma_client() {
+	_secs=$1 _out=$2 _op=$3
+	shift 3
+	timeout "$_secs" p2pbuf rdma "$_op" --server "$RXE_IP:$PORT" "$@" >"$_out" 2>&1
+	rc=$?
+	comment "$_out"
+	return $rc
+}
+
+# rdma_op_check OP SIZE OFFSET SEED WANT OK_NAME FAIL_NAME: `p2pbuf rdma OP` (write, read) of
+# SIZE at OFFSET of the server on $PORT, pattern SEED, must exit 0 and print WANT and "OK"
+# (output in /tmp/op.txt); the KTAP result is OK_NAME with the rate, or FAIL_NAME.
+rdma_op_check() {
+	rdma_client 120 /tmp/op.txt "$1" --size "$2" --offset "$3" --pattern "$4"
+	if [ $rc -eq 0 ] && grep -q "$5" /tmp/op.txt && grep -q "^OK" /tmp/op.txt; then
+		ktap_ok "$6, $(rate /tmp/op.txt)"
+	else
+		ktap_fail "$7: exit $rc"
+	fi
+}
+
 # json_num KEY: the first numeric "KEY":N of stdin (enough for p2pbuf's one-line JSON).
 json_num() { sed -n "s/.*\"$1\":\([0-9-]*\).*/\1/p" | head -1; }
 

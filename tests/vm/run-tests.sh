@@ -35,10 +35,7 @@ selected() {
 }
 
 # Leaks from boot are not ours: scan once and forget them before the suite starts.
-if [ -w /sys/kernel/debug/kmemleak ]; then
-	echo scan >/sys/kernel/debug/kmemleak
-	echo clear >/sys/kernel/debug/kmemleak
-fi
+kmemleak_clear
 
 # The project's modules are loaded for every test (lab_modules checks unload and reload).
 load_modules || echo "# could not load the p2pbuf modules (see dmesg)" >/dev/kmsg
@@ -99,16 +96,9 @@ warn)
 	;;
 esac
 i=$((i + 1))
-if [ -w /sys/kernel/debug/kmemleak ]; then
-	echo scan >/sys/kernel/debug/kmemleak
-	echo scan >/sys/kernel/debug/kmemleak
-	leaks=$(cat /sys/kernel/debug/kmemleak)
-	if [ -z "$leaks" ]; then
-		echo "ok $i kmemleak"
-	else
-		echo "$leaks" | sed 's/^/    # /'
-		echo "not ok $i kmemleak # $(echo "$leaks" | grep -c unreferenced) unreferenced object(s)"
-	fi
-else
-	echo "ok $i kmemleak # SKIP no /sys/kernel/debug/kmemleak"
-fi
+kmemleak_leaks
+case $? in
+0) echo "ok $i kmemleak" ;;
+1) echo "not ok $i kmemleak # $KMEMLEAK_COUNT unreferenced object(s)" ;;
+*) echo "ok $i kmemleak # SKIP no /sys/kernel/debug/kmemleak" ;;
+esac

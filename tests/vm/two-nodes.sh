@@ -88,6 +88,82 @@ wait_peer() {
 	done
 	return 1
 }
+# served_steps KIND LOG BAR WRITES READS: B's operations as A's server (KIND rdma: `p2pbuf rdma
+# serve`; fabric: `p2pbuf-fabric serve`) logged them in LOG, in the order it served them
+# (WRITES, then READS: SIZE:OFFSET:SEED each): each must be verified; a write's range goes to
+# the host check (at BAR, the buffer's offset in the device memory).
+served_steps() {
+	_kind=$1 _log=$2 _bar=$3 _writes=$4 _reads=$5
+	_i=0
+	for _w in $_writes $_reads; do
+		_i=$((_i + 1))
+		# shellcheck disable=SC2046
+		set -- $(echo "$_w" | tr : ' ')
+		if [ $_kind = rdma ]; then
+			_label="" _op="RDMA WRITE" _sz=".*"
+			[ $_i -gt $(echo $_writes | wc -w) ] && _op="RDMA READ"
+			_l=$(grep "^client $_i " "$_log")
+		else
+			_label="libfabric " _op=fi_write _sz="$(bytes $1) bytes"
+			[ $_i -gt $(echo $_writes | wc -w) ] && _op=fi_read
+			_l=$(grep "^client $_i: " "$_log")
+		fi
+		if echo "$_l" | grep -q "$_op of $_sz at offset $(bytes $2) (seed $3): verified"; then
+			case $_op in
+			*WRITE | *write)
+				ok "B's $_op of $1 at offset $2 (seed $3) verified through the dma-buf's mmap"
+				[ -n "$_bar" ] && echo "# hostcheck target=gpu offset=$((_bar + $(bytes $2))) len=$(bytes $1) seed=$3"
+				;;
+			*) ok "B's $_op of $1 at offset $2 served from device memory holding seed $3's pattern" ;;
+			esac
+		else
+			fail "${_label}client $_i: want B's $_op of $1 at offset $2 (seed $3) verified; got: ${_l:-nothing}"
+		fi
+	done
+}
+# remote_op KIND OP SIZE OFFSET SEED: B's RDMA OP (write, read) of SIZE at OFFSET of A's
+# memory with the lab pattern of SEED, through KIND (rdma: p2pbuf's rdma_cm client; fabric:
+# p2pbuf-fabric); its output in /tmp/op.txt (as comments too); the client's exit status.
+remote_op() {
+	case $1 in
+	rdma) timeout 300 p2pbuf rdma "$2" --server "$PEER:$PORT" --size "$3" --offset "$4" --pattern "$5" --lab-pattern --timeout 60 ;;
+	fabric) timeout 300 p2pbuf-fabric "$2" --server "$PEER" --port $FPORT --size "$3" --offset "$4" --seed "$5" --timeout 120 ;;
+	esac >/tmp/op.txt 2>&1
+	_rc=$?
+	comment /tmp/op.txt
+	return $_rc
+}
+# remote_ops KIND OP LIST: remote_op of each SIZE:OFFSET:SEED of LIST; a write must be verified
+# by A, a read must read the pattern back. Counts them in $passed and $total.
+remote_ops() {
+	_kind=$1 _op=$2 _list=$3 _mr=""
+	case $_kind.$_op in
+	rdma.write) _name="RDMA WRITE" ;;
+	rdma.read) _name="RDMA READ" ;;
+	fabric.write) _name=fi_write _mr=" (FI_MR_DMABUF)" ;;
+	*) _name=fi_read ;;
+	esac
+	for _w in $_list; do
+		# shellcheck disable=SC2046
+		set -- $(echo "$_w" | tr : ' ')
+		total=$((total + 1))
+		remote_op "$_kind" "$_op" "$1" "$2" "$3"
+		rc=$?
+		if [ "$_op" = write ]; then
+			if [ $rc -eq 0 ] && grep -q "^server: verified the pattern" /tmp/op.txt && grep -q "^OK" /tmp/op.txt; then
+				ok "$_name of $1 at offset $2 (seed $3) into A's device memory$_mr, verified by A: $(rate /tmp/op.txt)"
+				passed=$((passed + 1))
+			else
+				fail "$_name of $1 at offset $2 (seed $3) into A's device memory: exit $rc"
+			fi
+		elif [ $rc -eq 0 ] && grep -q "^OK" /tmp/op.txt && ! grep -q "^read data is not" /tmp/op.txt; then
+			ok "$_name of $1 at offset $2 from A's device memory is seed $3's pattern: $(rate /tmp/op.txt)"
+			passed=$((passed + 1))
+		else
+			fail "$_name of $1 at offset $2 (seed $3) from A's device memory: exit $rc"
+		fi
+	done
+}
 # fi_info_step: libfabric's own listing of the verbs provider must show rxe0.
 fi_info_step() {
 	fi_info -p verbs >/tmp/fi_info.txt 2>&1
@@ -117,25 +193,15 @@ fabric_reg() {
 }
 # kmemleak_step: as run-tests.sh's last test.
 kmemleak_step() {
-	if [ -w /sys/kernel/debug/kmemleak ]; then
-		echo scan >/sys/kernel/debug/kmemleak
-		echo scan >/sys/kernel/debug/kmemleak
-		leaks=$(cat /sys/kernel/debug/kmemleak)
-		if [ -z "$leaks" ]; then
-			ok "no kernel memory leaks on node $ROLE (kmemleak scan)"
-		else
-			echo "$leaks" | sed 's/^/    # /'
-			fail "kernel memory leaks on node $ROLE: $(echo "$leaks" | grep -c unreferenced) unreferenced object(s)"
-		fi
-	else
-		ktap_skip "kmemleak" "no /sys/kernel/debug/kmemleak"
-	fi
+	kmemleak_leaks
+	case $? in
+	0) ok "no kernel memory leaks on node $ROLE (kmemleak scan)" ;;
+	1) fail "kernel memory leaks on node $ROLE: $KMEMLEAK_COUNT unreferenced object(s)" ;;
+	*) ktap_skip "kmemleak" "no /sys/kernel/debug/kmemleak" ;;
+	esac
 }
 
-if [ -w /sys/kernel/debug/kmemleak ]; then
-	echo scan >/sys/kernel/debug/kmemleak
-	echo clear >/sys/kernel/debug/kmemleak
-fi
+kmemleak_clear
 load_modules || say "could not load the p2pbuf modules (see dmesg)"
 echo "KTAP version 1"
 case "$ROLE" in
@@ -188,9 +254,7 @@ if [ "$ROLE" = a ]; then
 	rm -f /tmp/b-report
 	timeout $((WAIT * 2)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
 	done_nc=$!
-	p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients $nclients --timeout $WAIT >/tmp/serve.txt 2>&1 &
-	srv=$!
-	if wait_for /tmp/serve.txt "listening on" 60 && grep -q "with ibv_reg_dmabuf_mr" /tmp/serve.txt; then
+	if serve_bg /tmp/serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients $nclients --timeout $WAIT && grep -q "with ibv_reg_dmabuf_mr" /tmp/serve.txt; then
 		comment /tmp/serve.txt
 		buf=$(grep "^buffer .*: $(bytes $SIZE) bytes at BAR offset" /sys/kernel/debug/p2pbuf/buffers | tail -1)
 		BAR_OFF=$(echo "$buf" | sed -n 's/.* at BAR offset \(0x[0-9a-f]*\),.*/\1/p')
@@ -245,26 +309,7 @@ if [ "$ROLE" = a ]; then
 	wait $srv
 	src=$?
 	comment /tmp/serve.txt
-	i=0
-	for w in $WRITES $READS; do
-		i=$((i + 1))
-		# shellcheck disable=SC2046
-		set -- $(echo "$w" | tr : ' ')
-		sz=$1 off=$2 seed=$3
-		op=WRITE
-		[ $i -gt $(echo $WRITES | wc -w) ] && op=READ
-		l=$(grep "^client $i " /tmp/serve.txt)
-		if echo "$l" | grep -q "RDMA $op of .* at offset $(bytes $off) (seed $seed): verified"; then
-			if [ $op = WRITE ]; then
-				ok "B's RDMA WRITE of $sz at offset $off (seed $seed) verified through the dma-buf's mmap"
-				echo "# hostcheck target=gpu offset=$((BAR_OFF + $(bytes $off))) len=$(bytes $sz) seed=$seed"
-			else
-				ok "B's RDMA READ of $sz at offset $off served from device memory holding seed $seed's pattern"
-			fi
-		else
-			fail "client $i: want B's RDMA $op of $sz at offset $off (seed $seed) verified; got: ${l:-nothing}"
-		fi
-	done
+	served_steps rdma /tmp/serve.txt "$BAR_OFF" "$WRITES" "$READS"
 	# shellcheck disable=SC2046
 	set -- $(echo "$WRONG" | tr : ' ')
 	l=$(grep "^client $nclients " /tmp/serve.txt)
@@ -284,26 +329,7 @@ if [ "$ROLE" = a ]; then
 	wait $fsrv
 	fsrc=$?
 	comment /tmp/fserve.txt
-	i=0
-	for w in $FWRITES $FREADS; do
-		i=$((i + 1))
-		# shellcheck disable=SC2046
-		set -- $(echo "$w" | tr : ' ')
-		sz=$1 off=$2 seed=$3
-		op=fi_write
-		[ $i -gt $(echo $FWRITES | wc -w) ] && op=fi_read
-		l=$(grep "^client $i: " /tmp/fserve.txt)
-		if echo "$l" | grep -q "$op of $(bytes $sz) bytes at offset $(bytes $off) (seed $seed): verified"; then
-			if [ $op = fi_write ]; then
-				ok "B's fi_write of $sz at offset $off (seed $seed) verified through the dma-buf's mmap"
-				[ -n "$FBAR" ] && echo "# hostcheck target=gpu offset=$((FBAR + $(bytes $off))) len=$(bytes $sz) seed=$seed"
-			else
-				ok "B's fi_read of $sz at offset $off served from device memory holding seed $seed's pattern"
-			fi
-		else
-			fail "libfabric client $i: want B's $op of $sz at offset $off (seed $seed) verified; got: ${l:-nothing}"
-		fi
-	done
+	served_steps fabric /tmp/fserve.txt "$FBAR" "$FWRITES" "$FREADS"
 	# shellcheck disable=SC2046
 	set -- $(echo "$FWRONG" | tr : ' ')
 	nf=$(($(echo $FWRITES $FREADS | wc -w) + 1))
@@ -361,43 +387,14 @@ ready*) ok "node A is ready after $(($(date +%s) - t0))s: ${ready#ready }" ;;
 esac
 passed=0
 total=0
-for w in $WRITES; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$w" | tr : ' ')
-	sz=$1 off=$2 seed=$3
-	total=$((total + 1))
-	timeout 300 p2pbuf rdma write --server "$PEER:$PORT" --size "$sz" --offset "$off" --pattern "$seed" --lab-pattern --timeout 60 >/tmp/w.txt 2>&1
-	rc=$?
-	comment /tmp/w.txt
-	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/w.txt && grep -q "^OK" /tmp/w.txt; then
-		ok "RDMA WRITE of $sz at offset $off (seed $seed) into A's device memory, verified by A: $(rate /tmp/w.txt)"
-		passed=$((passed + 1))
-	else
-		fail "RDMA WRITE of $sz at offset $off (seed $seed) into A's device memory: exit $rc"
-	fi
-done
-for r in $READS; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$r" | tr : ' ')
-	sz=$1 off=$2 seed=$3
-	total=$((total + 1))
-	timeout 300 p2pbuf rdma read --server "$PEER:$PORT" --size "$sz" --offset "$off" --pattern "$seed" --lab-pattern --timeout 60 >/tmp/r.txt 2>&1
-	rc=$?
-	comment /tmp/r.txt
-	if [ $rc -eq 0 ] && grep -q "^OK" /tmp/r.txt; then
-		ok "RDMA READ of $sz at offset $off from A's device memory is seed $seed's pattern: $(rate /tmp/r.txt)"
-		passed=$((passed + 1))
-	else
-		fail "RDMA READ of $sz at offset $off (seed $seed) from A's device memory: exit $rc"
-	fi
-done
+remote_ops rdma write "$WRITES"
+remote_ops rdma read "$READS"
 # shellcheck disable=SC2046
 set -- $(echo "$WRONG" | tr : ' ')
-timeout 300 p2pbuf rdma read --server "$PEER:$PORT" --size "$1" --offset "$2" --pattern "$3" --lab-pattern --timeout 60 >/tmp/r.txt 2>&1
+remote_op rdma read "$1" "$2" "$3"
 rc=$?
-comment /tmp/r.txt
-if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset $(bytes $2)" /tmp/r.txt &&
-	grep -q "server: not the pattern from offset $(bytes $2)" /tmp/r.txt; then
+if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset $(bytes $2)" /tmp/op.txt &&
+	grep -q "server: not the pattern from offset $(bytes $2)" /tmp/op.txt; then
 	ok "RDMA READ of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
 	wrong="the wrong-seed read reported on both ends"
 else
@@ -405,41 +402,14 @@ else
 	fail "RDMA READ of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
 fi
 # libfabric: fi_write and fi_read through p2pbuf-fabric into A's device memory.
-for w in $FWRITES; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$w" | tr : ' ')
-	total=$((total + 1))
-	timeout 300 p2pbuf-fabric write --server "$PEER" --port $FPORT --size "$1" --offset "$2" --seed "$3" --timeout 120 >/tmp/fw.txt 2>&1
-	rc=$?
-	comment /tmp/fw.txt
-	if [ $rc -eq 0 ] && grep -q "^server: verified the pattern" /tmp/fw.txt && grep -q "^OK" /tmp/fw.txt; then
-		ok "fi_write of $1 at offset $2 (seed $3) into A's device memory (FI_MR_DMABUF), verified by A: $(rate /tmp/fw.txt)"
-		passed=$((passed + 1))
-	else
-		fail "fi_write of $1 at offset $2 (seed $3) into A's device memory: exit $rc"
-	fi
-done
-for r in $FREADS; do
-	# shellcheck disable=SC2046
-	set -- $(echo "$r" | tr : ' ')
-	total=$((total + 1))
-	timeout 300 p2pbuf-fabric read --server "$PEER" --port $FPORT --size "$1" --offset "$2" --seed "$3" --timeout 120 >/tmp/fr.txt 2>&1
-	rc=$?
-	comment /tmp/fr.txt
-	if [ $rc -eq 0 ] && grep -q "^OK" /tmp/fr.txt && ! grep -q "^read data is not" /tmp/fr.txt; then
-		ok "fi_read of $1 at offset $2 from A's device memory is seed $3's pattern: $(rate /tmp/fr.txt)"
-		passed=$((passed + 1))
-	else
-		fail "fi_read of $1 at offset $2 (seed $3) from A's device memory: exit $rc"
-	fi
-done
+remote_ops fabric write "$FWRITES"
+remote_ops fabric read "$FREADS"
 # shellcheck disable=SC2046
 set -- $(echo "$FWRONG" | tr : ' ')
-timeout 300 p2pbuf-fabric read --server "$PEER" --port $FPORT --size "$1" --offset "$2" --seed "$3" --timeout 120 >/tmp/fr.txt 2>&1
+remote_op fabric read "$1" "$2" "$3"
 rc=$?
-comment /tmp/fr.txt
-if [ $rc -eq 1 ] && grep -q "^read data is not the pattern from offset $(bytes $2)$" /tmp/fr.txt &&
-	grep -q "^server: not the pattern from offset $(bytes $2)$" /tmp/fr.txt; then
+if [ $rc -eq 1 ] && grep -q "^read data is not the pattern from offset $(bytes $2)$" /tmp/op.txt &&
+	grep -q "^server: not the pattern from offset $(bytes $2)$" /tmp/op.txt; then
 	ok "fi_read of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
 else
 	fail "fi_read of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"

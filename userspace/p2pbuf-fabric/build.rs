@@ -111,18 +111,7 @@ fn main() {
 }
 
 fn builder(header: &Path, inc: &Path) -> bindgen::Builder {
-    let mut b = bindgen::Builder::default()
-        .header(header.display().to_string())
-        .clang_arg(format!("-I{}", inc.display()))
-        .default_enum_style(bindgen::EnumVariation::ModuleConsts)
-        .derive_default(true)
-        .generate_comments(false)
-        .layout_tests(false)
-        .formatter(bindgen::Formatter::Prettyplease);
-    if let Some(ci) = p2pbuf_build::compiler_include() {
-        b = b.clang_arg(format!("-isystem{ci}"));
-    }
-    b
+    p2pbuf_build::bindgen_builder(inc).header(header.display().to_string())
 }
 
 fn generate(inc: &Path, out: &Path) -> Result<(), String> {

@@ -140,22 +140,12 @@ fn main() {
 }
 
 fn builder(inc: &Path) -> bindgen::Builder {
-    let mut b = bindgen::Builder::default()
+    p2pbuf_build::bindgen_builder(inc)
         .header_contents(
             "p2pbuf_rdma.h",
             "#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n",
         )
-        .clang_arg(format!("-I{}", inc.display()))
-        .default_enum_style(bindgen::EnumVariation::ModuleConsts)
         .dynamic_link_require_all(true)
-        .derive_default(true)
-        .generate_comments(false)
-        .layout_tests(false)
-        .formatter(bindgen::Formatter::Prettyplease);
-    if let Some(ci) = p2pbuf_build::compiler_include() {
-        b = b.clang_arg(format!("-isystem{ci}"));
-    }
-    b
 }
 
 fn generate(inc: &Path, out: &Path) -> Result<(), String> {

@@ -4,7 +4,7 @@
 //! The engine boot runs the DMA engine's tests under QEMU's `-icount`, where the engine's
 //! 100 ms per transfer (a virtual-clock timer in QEMU's edu model) costs no wall time.
 
-use crate::vm::{Topology, VmConfig};
+use crate::qemu::{Topology, VmConfig};
 
 /// One boot of the in-VM suite.
 #[derive(Clone, Debug)]
@@ -25,6 +25,10 @@ pub struct Boot {
     pub icount: bool,
     /// The emulated GPU memory's size in MiB, when not the default 1 GiB.
     pub gpu_mem_mib: Option<u64>,
+    /// Boots with the pyverbs overlay (Python, pyverbs, rdma-core's tests/), which xtask builds
+    /// only for it. Such a boot runs only when named (`--boot`) or when `--filter` selects
+    /// one of its tests, not in a plain `cargo xtask test`.
+    pub pyverbs: bool,
 }
 
 /// Test-name prefix of the tests that only the topology boots run.
@@ -58,6 +62,16 @@ const ENGINE_TEST_TIMEOUT: u32 = 20000;
 /// the detector still reports a task stuck beyond it.
 const ENGINE_HUNG_TASK_TIMEOUT: u32 = ENGINE_TEST_TIMEOUT;
 
+/// Tests (name prefixes) that only the pyverbs boot runs: rdma-core's own test suite.
+const PYVERBS_TESTS: &[&str] = &["pyverbs_"];
+
+/// Guest seconds the pyverbs boot's test may take (run-tests.sh's limit; rdma-core's suite on
+/// rxe under TCG takes minutes).
+const PYVERBS_TEST_TIMEOUT: u32 = 2400;
+
+/// Wall seconds the pyverbs boot gets at least.
+const PYVERBS_MIN_WALL_S: u64 = 2700;
+
 /// Wall seconds the engine boot gets at least.
 const ENGINE_MIN_WALL_S: u64 = 2400;
 
@@ -66,6 +80,7 @@ fn reserved() -> Vec<&'static str> {
     let mut v = vec![TOPO_PREFIX];
     v.extend_from_slice(ENGINE_TESTS);
     v.extend_from_slice(LARGE_TESTS);
+    v.extend_from_slice(PYVERBS_TESTS);
     v
 }
 
@@ -81,6 +96,7 @@ pub fn all() -> Vec<Boot> {
             only: &[],
             icount: false,
             gpu_mem_mib: None,
+            pyverbs: false,
         },
         Boot {
             name: "rootports",
@@ -91,6 +107,7 @@ pub fn all() -> Vec<Boot> {
             only: TOPOLOGY_AWARE,
             icount: false,
             gpu_mem_mib: None,
+            pyverbs: false,
         },
         Boot {
             name: "rootports-zen-iommu",
@@ -101,6 +118,7 @@ pub fn all() -> Vec<Boot> {
             only: TOPOLOGY_AWARE,
             icount: false,
             gpu_mem_mib: None,
+            pyverbs: false,
         },
         Boot {
             name: "engine-icount",
@@ -111,6 +129,7 @@ pub fn all() -> Vec<Boot> {
             only: ENGINE_TESTS,
             icount: true,
             gpu_mem_mib: None,
+            pyverbs: false,
         },
         Boot {
             name: "large-bar",
@@ -121,6 +140,18 @@ pub fn all() -> Vec<Boot> {
             only: LARGE_TESTS,
             icount: false,
             gpu_mem_mib: Some(LARGE_BAR_MIB),
+            pyverbs: false,
+        },
+        Boot {
+            name: "pyverbs",
+            why: "rdma-core's own test suite (tests/run_tests.py, pyverbs) on rxe0, dma-bufs from udmabuf and p2pbuf",
+            topology: Topology::Switch,
+            cpu: "max",
+            iommu: false,
+            only: PYVERBS_TESTS,
+            icount: false,
+            gpu_mem_mib: None,
+            pyverbs: true,
         },
     ]
 }
@@ -142,6 +173,10 @@ impl Boot {
             cfg.append.push(format!(
                 "sysctl.kernel.hung_task_timeout_secs={ENGINE_HUNG_TASK_TIMEOUT}"
             ));
+        }
+        if self.pyverbs {
+            cfg.append
+                .push(format!("p2pbuf.test_timeout={PYVERBS_TEST_TIMEOUT}"));
         }
         cfg.append.push(format!("p2pbuf.suite={}", self.name));
         if !self.only.is_empty() {
@@ -173,6 +208,8 @@ impl Boot {
     pub fn timeout(&self, asked: u64) -> u64 {
         if self.icount {
             asked.max(ENGINE_MIN_WALL_S)
+        } else if self.pyverbs {
+            asked.max(PYVERBS_MIN_WALL_S)
         } else {
             asked
         }
@@ -203,6 +240,8 @@ pub fn select(
     Ok(all
         .into_iter()
         .filter(|b| names.is_empty() || names.iter().any(|n| n == b.name))
+        // An opt-in boot: by name, or by a --filter that picks one of its tests.
+        .filter(|b| !b.pyverbs || !names.is_empty() || filter.is_some())
         .filter(|b| {
             filter.is_none()
                 || tests.iter().any(|t| b.selects(t, filter))
@@ -244,7 +283,7 @@ mod tests {
         assert!(!cfg.append.iter().any(|a| a.contains("hung_task")));
         assert!(cfg
             .append
-            .contains(&"p2pbuf.skip=topo_,engine_,importer,large_".to_string()));
+            .contains(&"p2pbuf.skip=topo_,engine_,importer,large_,pyverbs_".to_string()));
         let mut cfg = VmConfig::default();
         engine.apply(&mut cfg);
         assert!(cfg.icount);
@@ -302,6 +341,18 @@ mod tests {
             ["main"]
         );
         assert_eq!(names(&select(&[], None, &tests).unwrap()).len(), 5);
+        // The pyverbs boot: by name or by a filter of its test, never by default.
+        let with_py: Vec<String> = ["exporter", "pyverbs_tests"].map(String::from).to_vec();
+        assert!(!names(&select(&[], None, &with_py).unwrap()).contains(&"pyverbs"));
+        assert_eq!(
+            names(&select(&[], Some("pyverbs"), &with_py).unwrap()),
+            ["pyverbs"]
+        );
+        assert_eq!(
+            names(&select(&["pyverbs".into()], None, &with_py).unwrap()),
+            ["pyverbs"]
+        );
+        assert!(!all()[0].selects("pyverbs_tests", None));
         assert_eq!(
             names(&select(&[], Some("importer"), &["importer".to_string()]).unwrap()),
             ["engine-icount"]

@@ -9,7 +9,6 @@
 //! the configure flags, the fabtests list and rdma-core's own stamp, so a rebuilt rdma-core
 //! rebuilds libfabric too.
 
-use crate::setup::{private_apt, private_apt_update};
 use crate::util::{heading, run_step, Ctx, Stamp};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -36,34 +35,12 @@ pub fn staging(ctx: &Ctx) -> PathBuf {
 }
 
 fn tarball(ctx: &Ctx) -> Result<PathBuf> {
-    let dl = ctx.cache.join("dl");
-    let tb = dl.join(format!("libfabric_{LIBFABRIC_VERSION}.orig.tar.xz"));
-    if !tb.exists() {
-        fs::create_dir_all(&dl)?;
-        let opts = private_apt(ctx)?;
-        private_apt_update(ctx, &opts)?;
-        // As for rdma-core: the mirror may answer 404 for the .dsc and the Debian tarball while
-        // the orig tarball downloads; look for the tarball, not at apt's exit code.
-        let _ = run_step(
-            ctx,
-            "apt-get source --download-only libfabric",
-            "libfabric",
-            Command::new("apt-get")
-                .args(&opts)
-                .args([
-                    "source",
-                    "--download-only",
-                    &format!("libfabric={DEBIAN_VERSION}"),
-                ])
-                .current_dir(&dl),
-        );
-        if !tb.exists() {
-            bail!(
-                "could not download {} from Debian sid's source packages (libfabric {DEBIAN_VERSION})",
-                tb.display()
-            );
-        }
-    }
+    let tb = crate::setup::debian_orig_tarball(
+        ctx,
+        "libfabric",
+        DEBIAN_VERSION,
+        &format!("libfabric_{LIBFABRIC_VERSION}.orig.tar.xz"),
+    )?;
     let got = sha256_hex(&fs::read(&tb).with_context(|| format!("reading {}", tb.display()))?);
     if got != TARBALL_SHA256 {
         bail!(
@@ -137,7 +114,7 @@ pub fn libfabric(ctx: &Ctx) -> Result<()> {
     heading(&format!(
         "libfabric {LIBFABRIC_VERSION} (verbs with dma-buf MRs, rxm, tcp) + fabtests"
     ));
-    let rdma = crate::rdma::staging(ctx);
+    let rdma = crate::rdma_core::staging(ctx);
     let rdma_stamp = fs::read_to_string(ctx.cache.join("build/rdma-core.sha256"))
         .context("rdma-core is not built: run `cargo xtask rdma-core`")?;
     let args = configure_args(&rdma);

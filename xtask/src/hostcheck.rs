@@ -5,7 +5,7 @@
 //! transfer, in neither.
 
 use crate::ktap::{Parser, Status};
-use crate::vm::VmFiles;
+use crate::qemu::VmFiles;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 

@@ -77,7 +77,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
         Some(d) => ctx.root.join(d),
         None => ctx.root.join("target"),
     };
-    let stage_libs = crate::rdma::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    let stage_libs = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
     for (_, bin) in USERSPACE_BINS {
         copy_with_libs(
             root,
@@ -96,7 +96,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
             seen,
         )?;
     }
-    let stage = crate::rdma::staging(ctx);
+    let stage = crate::rdma_core::staging(ctx);
     let out = target.join("verbs-programs");
     fs::create_dir_all(&out)?;
     for (src, name) in VERBS_PROGRAMS {
@@ -124,7 +124,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
 /// rdma-core from `cargo xtask rdma-core` (libibverbs, librdmacm, providers, their config,
 /// utilities) over whatever Debian copies the ldd closures brought.
 fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
-    let stage = crate::rdma::staging(ctx);
+    let stage = crate::rdma_core::staging(ctx);
     if !stage.join("usr/bin/ibv_devinfo").exists() {
         bail!("rdma-core is not built: run `cargo xtask rdma-core`");
     }
@@ -162,7 +162,7 @@ fn overlay_libfabric(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
         bail!("libfabric is not built: run `cargo xtask libfabric`");
     }
     let lf_lib = stage.join("usr/lib/x86_64-linux-gnu");
-    let rdma_lib = crate::rdma::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    let rdma_lib = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
     let tools = crate::fabric::FI_TOOLS.iter().copied().chain(
         crate::fabric::FABTESTS
             .iter()
@@ -441,6 +441,135 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
         "    initramfs: {} ({:.1} MiB)",
         out.display(),
         size as f64 / 1048576.0
+    );
+    Ok(out)
+}
+
+/// Parts of Python's standard library the guest does not need (tests, GUI, the static
+/// library and build configuration, 2to3, ensurepip's wheels...).
+const PYTHON_STDLIB_SKIP: &[&str] = &[
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "lib2to3",
+    "ensurepip",
+    "pydoc_data",
+    "config-3.11-x86_64-linux-gnu",
+    "site-packages",
+    "dist-packages",
+];
+
+/// The `pyverbs` boot's initramfs: the lab's (`main`, as built for this run) with a second
+/// cpio archive appended (the kernel unpacks both, the second over the first): Debian's
+/// Python 3.11 (interpreter, standard library, the libraries of its extension modules),
+/// rdma-core from `cargo xtask`'s pyverbs build (its libibverbs, providers and librdmacm
+/// replace the main build's, so pyverbs and the utilities use one library), pyverbs, and
+/// rdma-core's tests/ at /usr/share/doc/rdma-core/tests. Only that boot carries them: the
+/// other boots' initramfs does not grow. Returns the combined archive.
+pub fn pyverbs_initramfs(ctx: &Ctx, main: &Path) -> Result<PathBuf> {
+    heading("initramfs: + Python 3.11, pyverbs, rdma-core tests/ (pyverbs boot)");
+    let stage = crate::rdma_core::pyverbs_staging(ctx);
+    if !stage.join(crate::rdma_core::PYVERBS_TESTS).exists() {
+        bail!("pyverbs is not built: run `cargo xtask test --boot pyverbs`");
+    }
+    let root = ctx.flavour_build().join("initramfs-pyverbs");
+    let _ = fs::remove_dir_all(&root);
+    for d in ["usr/bin", "usr/lib", "usr/lib64"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    // The lab's merged /usr, again: a real lib/ directory in this archive would replace the
+    // lab's lib -> usr/lib link when the kernel unpacks it (and hide /lib/modules).
+    std::os::unix::fs::symlink("usr/lib", root.join("lib"))?;
+    std::os::unix::fs::symlink("usr/lib64", root.join("lib64"))?;
+    let python = Path::new(crate::rdma_core::PYTHON);
+    let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
+    let mut seen = BTreeSet::new();
+    copy_with_libs(&root, python, None, None, &mut seen)?;
+    std::os::unix::fs::symlink("python3.11", root.join("usr/bin/python3"))?;
+    let stdlib = Path::new("/usr/lib/python3.11");
+    run_step(
+        ctx,
+        "copy Python's standard library",
+        "initramfs",
+        Command::new("cp")
+            .arg("-a")
+            .arg(stdlib)
+            .arg(root.join("usr/lib/")),
+    )?;
+    for d in PYTHON_STDLIB_SKIP {
+        let _ = fs::remove_dir_all(root.join("usr/lib/python3.11").join(d));
+    }
+    // Extension modules: the standard library's and pyverbs' (with the staged libibverbs).
+    let mut exts = vec![];
+    for dir in [
+        stdlib.join("lib-dynload"),
+        stage.join("usr/lib/python3/dist-packages/pyverbs"),
+        stage.join("usr/lib/python3/dist-packages/pyverbs/providers/mlx5"),
+        stage.join("usr/lib/python3/dist-packages/pyverbs/providers/efa"),
+    ] {
+        if let Ok(rd) = fs::read_dir(&dir) {
+            exts.extend(
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "so")),
+            );
+        }
+    }
+    for so in &exts {
+        let out = Command::new("ldd")
+            .arg(so)
+            .env("LD_LIBRARY_PATH", &stage_libs)
+            .output()?;
+        for lib in parse_ldd(&String::from_utf8_lossy(&out.stdout)) {
+            if lib.starts_with(&stage_libs) || !seen.insert(lib.clone()) {
+                continue;
+            }
+            let real = fs::canonicalize(&lib).unwrap_or(lib.clone());
+            copy_into(&root, &real, Some(lib.strip_prefix("/").unwrap_or(&lib)))?;
+        }
+    }
+    for (from, to) in [("usr/lib", "usr"), ("etc", "."), ("usr/share", "usr")] {
+        run_step(
+            ctx,
+            &format!("copy pyverbs build {from}"),
+            "initramfs",
+            Command::new("cp")
+                .args(["-a", "--remove-destination"])
+                .arg(stage.join(from))
+                .arg(root.join(to)),
+        )?;
+    }
+    // The converter from unittest's results to KTAP (tests/vm/tests/pyverbs_tests.sh runs it).
+    fs::create_dir_all(root.join("p2pbuf"))?;
+    write_exec(
+        &root.join("p2pbuf/pyverbs_ktap.py"),
+        &ctx.root.join("tests/vm/pyverbs_ktap.py"),
+    )?;
+    let overlay = ctx.flavour_build().join("initramfs-pyverbs-overlay.cpio");
+    run_step(
+        ctx,
+        "pack cpio (pyverbs overlay)",
+        "initramfs",
+        Command::new("sh").current_dir(&root).arg("-c").arg(format!(
+            "find . -print0 | sort -z | cpio --null -o -H newc --quiet -R 0:0 > '{}'",
+            overlay.display()
+        )),
+    )?;
+    let out = ctx.flavour_build().join("initramfs-pyverbs.cpio");
+    let mut combined = fs::read(main).with_context(|| format!("reading {}", main.display()))?;
+    combined.extend(fs::read(&overlay)?);
+    fs::write(&out, &combined)?;
+    let mib = |p: &Path| {
+        fs::metadata(p)
+            .map(|m| m.len() as f64 / 1048576.0)
+            .unwrap_or(0.0)
+    };
+    println!(
+        "    initramfs: {} ({:.1} MiB: the lab's {:.1} MiB + the overlay's {:.1} MiB)",
+        out.display(),
+        mib(&out),
+        mib(main),
+        mib(&overlay)
     );
     Ok(out)
 }

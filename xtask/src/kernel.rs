@@ -4,8 +4,8 @@
 //! The benchmark kernel (`cargo xtask bench`) is configured from the same fragment without
 //! its debug block, generated into its own build directory.
 
-use crate::series;
 use crate::util::{hash_files, heading, output, run_step, Ctx, Flavour, Stamp};
+use crate::{mail, series};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs;
@@ -26,16 +26,7 @@ pub fn series_files(ctx: &Ctx) -> Result<Vec<PathBuf>> {
 }
 
 fn git(ctx: &Ctx) -> Result<Command> {
-    let mut c = Command::new("git");
-    c.current_dir(ctx.ksrc()?).args([
-        "-c",
-        "user.name=p2pbuf xtask",
-        "-c",
-        "user.email=xtask@p2pbuf.invalid",
-        "-c",
-        "core.hooksPath=/dev/null",
-    ]);
-    Ok(c)
+    Ok(crate::util::xtask_git(&ctx.ksrc()?))
 }
 
 /// A patch to commit with [`commit_patches`], and the trailers its message gets.
@@ -53,7 +44,7 @@ pub fn commit_patches(
     ctx: &Ctx,
     base: &str,
     patches: &[ToCommit],
-    committer: Option<&series::Ident>,
+    committer: Option<&mail::Ident>,
 ) -> Result<Vec<String>> {
     let tmp = ctx
         .cache
@@ -69,7 +60,7 @@ fn commit_patches_in(
     ctx: &Ctx,
     base: &str,
     patches: &[ToCommit],
-    committer: Option<&series::Ident>,
+    committer: Option<&mail::Ident>,
     tmp: &Path,
 ) -> Result<Vec<String>> {
     let index = tmp.join("index");
@@ -121,8 +112,8 @@ fn commit_patches_in(
         }
         let tree = output(git_ix()?.arg("write-tree"))?.trim().to_string();
         let body = fs::read_to_string(&msg_file)?;
-        let msg = series::pipe(git(ctx)?.arg("stripspace"), &format!("{subject}\n\n{body}"))?;
-        let msg = series::add_trailers(&msg, p.trailers)?;
+        let msg = mail::pipe(git(ctx)?.arg("stripspace"), &format!("{subject}\n\n{body}"))?;
+        let msg = mail::add_trailers(&msg, p.trailers)?;
         let mut ct = git(ctx)?;
         ct.args(["commit-tree", &tree, "-p", &parent])
             .env("GIT_AUTHOR_NAME", &author)
@@ -133,7 +124,7 @@ fn commit_patches_in(
             ct.env("GIT_COMMITTER_NAME", &c.name)
                 .env("GIT_COMMITTER_EMAIL", &c.email);
         }
-        parent = series::pipe(&mut ct, &msg)?.trim().to_string();
+        parent = mail::pipe(&mut ct, &msg)?.trim().to_string();
         commits.push(parent.clone());
     }
     Ok(commits)
@@ -244,6 +235,39 @@ const FRAGMENT: &str = "linux/p2pbuf.config";
 /// `# END debug`, those lines included.
 const DEBUG_BLOCK: &str = "debug";
 
+/// What the benchmark kernel adds to the fragment: the function tracer, to find where the
+/// time of a measured path goes (ftrace `function_graph` in the guest, docs/bench.md "Where
+/// the time goes"). Dynamic ftrace patches the call sites to NOPs until a tracer is switched
+/// on, as distribution kernels ship it; the lab kernel keeps `CONFIG_FTRACE=n`.
+pub const BENCH_TRACING: &str = "\
+# Bench kernel only (xtask/src/kernel.rs, BENCH_TRACING): the function(-graph) tracer.
+CONFIG_FTRACE=y
+CONFIG_FUNCTION_TRACER=y
+CONFIG_FUNCTION_GRAPH_TRACER=y
+CONFIG_DYNAMIC_FTRACE=y
+";
+
+/// The benchmark kernel's fragment: `text` without its debug block, the options that
+/// [`BENCH_TRACING`] sets taken out where `text` sets them, then [`BENCH_TRACING`].
+pub fn bench_fragment(text: &str) -> Result<String> {
+    let extra: Vec<String> = parse_config(BENCH_TRACING)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let kept = without_block(text, DEBUG_BLOCK)?;
+    let mut out: String = kept
+        .lines()
+        .filter(|l| {
+            parse_config(l)
+                .first()
+                .is_none_or(|(k, _)| !extra.contains(k))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    out.push_str(BENCH_TRACING);
+    Ok(out)
+}
+
 /// `text` without the lines from `# BEGIN <name>` to `# END <name>` (markers included, each
 /// alone on its line); every other line kept as it is. An error if the block is missing,
 /// unterminated, nested or repeated, or if an END comes without its BEGIN.
@@ -304,7 +328,7 @@ fn fragment(ctx: &Ctx) -> Result<(PathBuf, String)> {
         Flavour::Bench => {
             let text = fs::read_to_string(&repo)
                 .with_context(|| format!("cannot read {}", repo.display()))?;
-            let bench = without_block(&text, DEBUG_BLOCK).with_context(|| {
+            let bench = bench_fragment(&text).with_context(|| {
                 format!("{FRAGMENT}: the bench kernel leaves out its debug block")
             })?;
             let path = ctx.flavour_build().join("bench.config");
@@ -469,7 +493,10 @@ pub fn describe(ctx: &Ctx, keep_tree: bool) -> String {
                 .and_then(|t| block_options(&t, DEBUG_BLOCK).ok())
                 .map(|v| v.join(", "))
                 .unwrap_or_else(|| "?".into());
-            format!("bench config ({FRAGMENT} without its debug block: no {dropped})")
+            format!(
+                "bench config ({FRAGMENT} without its debug block: no {dropped}; \
+                 with the function tracer, off unless switched on)"
+            )
         }
     };
     // As `sha256sum .config` prints it.
@@ -590,10 +617,13 @@ mod tests {
         assert_eq!(path, cache.join("build/bench/bench.config"));
         assert!(name.contains("without its debug block"), "{name}");
         let repo = fs::read_to_string(bench.root.join(FRAGMENT)).unwrap();
-        assert_eq!(
-            fs::read_to_string(&path).unwrap(),
-            without_block(&repo, DEBUG_BLOCK).unwrap()
-        );
+        let generated = fs::read_to_string(&path).unwrap();
+        assert_eq!(generated, bench_fragment(&repo).unwrap());
+        assert!(generated.starts_with(&without_block(&repo, DEBUG_BLOCK).unwrap()[..40]));
+        // The tracer is on, once: no `CONFIG_FTRACE=n` of the repository's left to contradict it.
+        assert!(config_mismatches(&generated, &generated).is_empty());
+        assert_eq!(generated.matches("CONFIG_FTRACE=").count(), 1);
+        assert!(generated.ends_with(BENCH_TRACING));
         // What the results say about it.
         let kb = bench.kbuild();
         fs::create_dir_all(kb.join("include/config")).unwrap();
@@ -694,8 +724,8 @@ mod tests {
         assert_eq!(fs::read_to_string(tree.join("a.c")).unwrap(), "one\n");
         assert!(g(&["status", "--porcelain"]).is_empty());
         // Trailers for the sender, after the patch's own.
-        let me = series::parse_ident("Jane Sender <jane@kernel.org>").unwrap();
-        let t = series::emit_trailers(true, &me);
+        let me = mail::parse_ident("Jane Sender <jane@kernel.org>").unwrap();
+        let t = mail::emit_trailers(true, &me);
         let signed = [ToCommit {
             file: &files[0],
             trailers: &t,

@@ -10,23 +10,25 @@ mod hostcheck;
 mod initramfs;
 mod kernel;
 mod ktap;
+mod mail;
 mod modules;
 mod nodes;
 mod patches;
-mod rdma;
+mod qemu;
+mod rdma_core;
 mod series;
 mod setup;
+mod suite;
 mod util;
-mod vm;
 mod vmrun;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use qemu::{Mode, Topology, VmConfig};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use util::{heading, Ctx, Flavour};
-use vm::{Mode, Topology, VmConfig, VmFiles};
 
 #[derive(Parser)]
 #[command(
@@ -110,6 +112,8 @@ enum Cmd {
     RdmaCore,
     /// Build libfabric 2.1 (Debian's source) against that rdma-core, with fabtests.
     Libfabric,
+    /// Build rdma-core again with pyverbs and its tests/ (for the pyverbs boot).
+    Pyverbs,
     /// Pack the initramfs: busybox, modules, tests, tools.
     Initramfs,
     /// Boot the VM (builds what is stale first).
@@ -138,9 +142,10 @@ enum Cmd {
         #[arg(long)]
         filter: Option<String>,
         /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
-        /// large-bar (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA between them, last).
-        /// Default: all of them, or one boot of the whole suite when --topology/--cpu/--iommu
-        /// are given.
+        /// large-bar, pyverbs (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA
+        /// between them, last). Default: all of them but pyverbs (rdma-core's own test suite:
+        /// by name, or by a --filter of its test), or one boot of the whole suite when
+        /// --topology/--cpu/--iommu are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
@@ -154,16 +159,17 @@ enum Cmd {
         build: BuildOpts,
         #[command(flatten)]
         vm: VmOpts,
-        /// Repetitions per point (passed to each benchmark program as argv[1]).
+        /// Repetitions per point (passed to each benchmark program as `argv[1]`).
         #[arg(long, default_value_t = 5)]
         reps: u32,
         /// Where to write the results.
         #[arg(long, default_value = "results")]
         out: PathBuf,
         /// Give up on the VM after this many seconds.
-        #[arg(long, default_value_t = 1800)]
+        #[arg(long, default_value_t = 3600)]
         timeout: u64,
-        /// Only run benchmark programs whose file name contains this.
+        /// Only run benchmark programs whose file name contains this (programs named trace-*
+        /// run only when it names them: --filter trace-small).
         #[arg(long)]
         filter: Option<String>,
         /// Boot nothing: write the results from a raw.txt of an earlier run (--reps is ignored).
@@ -184,7 +190,11 @@ enum Cmd {
         /// worktree and build after each one.
         #[arg(long)]
         build_each: bool,
-        /// Sign off as "Name <mail>" instead of git config user.name/user.email.
+        /// With --build-each: build only this series (e.g. 4-rust-dma-buf; repeatable). The
+        /// series it depends on are still applied first; the others are only emitted and checked.
+        #[arg(long, value_name = "SERIES", requires = "build_each")]
+        only: Vec<String>,
+        /// Sign off as `Name <mail>` instead of git config user.name/user.email.
         #[arg(long)]
         signoff: Option<String>,
     },
@@ -200,228 +210,6 @@ enum Cmd {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
         nodes: u8,
     },
-}
-
-fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
-    setup::setup(ctx)?;
-    if b.skip_kernel {
-        if !kernel::bzimage(ctx).exists() {
-            bail!(
-                "--skip-kernel: no kernel built yet in {}{}",
-                ctx.kbuild().display(),
-                match ctx.flavour {
-                    Flavour::Debug => "",
-                    Flavour::Bench =>
-                        " (the bench kernel: run `cargo xtask bench` once without --skip-kernel)",
-                }
-            );
-        }
-    } else {
-        kernel::kernel(
-            ctx,
-            &kernel::KernelOpts {
-                keep_tree: b.keep_tree,
-            },
-        )?;
-    }
-    modules::modules(ctx, false)?;
-    rdma::rdma_core(ctx)?;
-    fabric::libfabric(ctx)?;
-    let initrd = initramfs::initramfs(ctx)?;
-    Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
-}
-
-fn host_tests(ctx: &Ctx) -> Result<()> {
-    heading("host: cargo test --workspace");
-    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo
-        .current_dir(&ctx.root)
-        .args(["test", "--workspace", "--quiet"]);
-    ctx.cargo_env(&mut cargo);
-    let st = cargo.status()?;
-    if !st.success() {
-        bail!("host-side unit tests failed (cargo test --workspace)");
-    }
-    Ok(())
-}
-
-/// Names of the in-VM tests (file stems), as run-tests.sh sees them.
-fn vm_test_names(ctx: &Ctx) -> Vec<String> {
-    let mut v = vec![];
-    for (dir, ext) in [("tests/vm/tests", "sh"), ("tests/selftests", "c")] {
-        if let Ok(rd) = std::fs::read_dir(ctx.root.join(dir)) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.extension().is_some_and(|x| x == ext) {
-                    v.push(
-                        p.file_name()
-                            .unwrap_or_default()
-                            .to_string_lossy()
-                            .into_owned(),
-                    );
-                }
-            }
-        }
-    }
-    v
-}
-
-/// Runs the in-VM suite on every selected boot; one line per boot at the end.
-#[allow(clippy::too_many_arguments)]
-fn vm_tests(
-    ctx: &Ctx,
-    files: &VmFiles,
-    vm: &VmOpts,
-    names: &[String],
-    timeout: u64,
-    filter: Option<&str>,
-    inject: Option<&str>,
-) -> Result<()> {
-    let custom =
-        names.is_empty() && (vm.topology != Topology::Switch || vm.iommu || vm.cpu != "max");
-    // The two-node stage is a pseudo-boot: last, and by name or when no boot is named.
-    let two_nodes = nodes::selected(names, filter, inject.is_some(), custom);
-    let single: Vec<String> = names
-        .iter()
-        .filter(|n| *n != nodes::BOOT_NAME)
-        .cloned()
-        .collect();
-    let boots: Vec<Option<boots::Boot>> = if custom {
-        vec![None]
-    } else if !names.is_empty() && single.is_empty() {
-        vec![]
-    } else {
-        let b = boots::select(&single, filter, &vm_test_names(ctx))?;
-        if b.is_empty() && !two_nodes {
-            bail!(
-                "--filter {:?} selects no in-VM test on any boot",
-                filter.unwrap_or("")
-            );
-        }
-        b.into_iter().map(Some).collect()
-    };
-    let mut summary = vec![];
-    let mut failed = vec![];
-    for b in &boots {
-        let label = b.as_ref().map_or("custom", |b| b.name);
-        if let Some(b) = b {
-            println!("    boot {label}: {}", b.why);
-        }
-        let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
-        match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
-            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
-            Err(e) => {
-                summary.push(format!("{label}: FAILED ({e:#})"));
-                failed.push(label.to_string());
-            }
-        }
-    }
-    if two_nodes {
-        println!(
-            "    boot {}: two VMs on one network link, node B RDMA-writes into node A's device memory",
-            nodes::BOOT_NAME
-        );
-        let label = nodes::BOOT_NAME;
-        match nodes::two_nodes(
-            ctx,
-            &vm.config(Mode::Node),
-            &files.kernel,
-            &files.initrd,
-            Duration::from_secs(timeout),
-            false,
-        ) {
-            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
-            Err(e) => {
-                summary.push(format!("{label}: FAILED ({e:#})"));
-                failed.push(label.to_string());
-            }
-        }
-    }
-    if boots.len() + usize::from(two_nodes) > 1 {
-        heading("vm: summary of all boots");
-        for l in &summary {
-            println!("    {l}");
-        }
-    }
-    if !failed.is_empty() {
-        bail!("in-VM suite failed on boot(s): {}", failed.join(", "));
-    }
-    Ok(())
-}
-
-fn vm_test(
-    ctx: &Ctx,
-    files: &VmFiles,
-    vm: &VmOpts,
-    boot: Option<&boots::Boot>,
-    timeout: u64,
-    filter: Option<&str>,
-    inject: Option<&str>,
-) -> Result<(usize, usize, usize)> {
-    let mut cfg = vm.config(Mode::Test);
-    if let Some(b) = boot {
-        b.apply(&mut cfg);
-    }
-    if let Some(f) = filter {
-        cfg.append.push(format!("p2pbuf.filter={f}"));
-    }
-    if let Some(i) = inject {
-        cfg.append.push(format!("p2pbuf.inject={i}"));
-    }
-    heading(&format!(
-        "vm: in-VM suite ({:?} topology{}, cpu {}, TCG; timeout {timeout}s)",
-        cfg.topology,
-        if cfg.iommu { ", intel-iommu" } else { "" },
-        cfg.cpu
-    ));
-    let t = Duration::from_secs(timeout);
-    let w = vmrun::Watch {
-        timeout: t,
-        echo_console: false,
-        print_results: true,
-        label: boot.map_or("test".into(), |b| {
-            if b.name == "main" {
-                "test".into()
-            } else {
-                format!("test-{}", b.name)
-            }
-        }),
-    };
-    let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
-    let (mut p, mut f, mut s) = o.parser.counts();
-    let mut fails = vmrun::failures(&o, t);
-    for (name, status, note) in hostcheck::checks(&o.parser, files) {
-        let r = ktap::TestResult::new(name.clone(), status, note.clone());
-        vmrun::print_result(&r);
-        match status {
-            ktap::Status::Pass => p += 1,
-            ktap::Status::Fail => {
-                f += 1;
-                fails.push(format!("{name}: {note}"));
-            }
-            ktap::Status::Skip => s += 1,
-        }
-    }
-    if let Some(b) = o.boot_to_init {
-        println!(
-            "    boot to init: {:.1}s; whole run: {:.1}s",
-            b.as_secs_f64(),
-            o.wall.as_secs_f64()
-        );
-    }
-    println!("    console log: {}", o.console_log.display());
-    println!("\x1b[1m{p} passed, {f} failed, {s} skipped\x1b[0m");
-    if !fails.is_empty() {
-        for x in &fails {
-            eprintln!("\x1b[31merror\x1b[0m: {x}");
-        }
-        bail!(
-            "{} problem(s) in the VM run; console log: {}",
-            fails.len(),
-            o.console_log.display()
-        );
-    }
-    Ok((p, f, s))
 }
 
 fn main() {
@@ -476,16 +264,17 @@ fn real_main(cli: Cli) -> Result<()> {
             },
         ),
         Cmd::Modules { clippy } => modules::modules(&ctx, clippy),
-        Cmd::RdmaCore => rdma::rdma_core(&ctx),
-        Cmd::Libfabric => rdma::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
+        Cmd::RdmaCore => rdma_core::rdma_core(&ctx),
+        Cmd::Pyverbs => rdma_core::pyverbs(&ctx),
+        Cmd::Libfabric => rdma_core::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
-            let files = build_all(&ctx, &build)?;
+            let files = suite::build_all(&ctx, &build)?;
             let cfg = vm.config(if shell { Mode::Shell } else { Mode::Run });
             files.prepare(&cfg)?;
             heading("vm: booting (Ctrl-A X quits)");
             let st = Command::new(vmrun::QEMU)
-                .args(vm::qemu_args(&cfg, &files, true))
+                .args(qemu::qemu_args(&cfg, &files, true))
                 .status()?;
             if !st.success() {
                 bail!("QEMU exited with {st}");
@@ -505,12 +294,12 @@ fn real_main(cli: Cli) -> Result<()> {
                 // The userspace crates' bindings come from rdma-core's headers (bindgen,
                 // libclang): build those first, as on a fresh machine there are none.
                 setup::setup(&ctx)?;
-                rdma::rdma_core(&ctx)?;
+                rdma_core::rdma_core(&ctx)?;
                 fabric::libfabric(&ctx)?;
-                host_tests(&ctx)?;
+                suite::host_tests(&ctx)?;
             }
-            let files = build_all(&ctx, &build)?;
-            vm_tests(
+            let files = suite::build_all(&ctx, &build)?;
+            suite::vm_tests(
                 &ctx,
                 &files,
                 &vm,
@@ -524,6 +313,7 @@ fn real_main(cli: Cli) -> Result<()> {
             out,
             update_from,
             build_each,
+            only,
             signoff,
         } => {
             let out = if out.is_absolute() {
@@ -537,6 +327,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     out,
                     update_from,
                     build_each,
+                    only,
                     signoff,
                 },
                 lock.take(),
@@ -572,7 +363,7 @@ fn real_main(cli: Cli) -> Result<()> {
             // Benchmarks run on their own kernel: the lab's configuration without the debug
             // block (DMA-API debugging, DEBUG_VM, DEBUG_OBJECTS...): they would be measured too.
             let ctx = ctx.with_flavour(Flavour::Bench);
-            let files = build_all(&ctx, &build)?;
+            let files = suite::build_all(&ctx, &build)?;
             let kernel = kernel::describe(&ctx, build.keep_tree);
             println!("    kernel: {kernel}");
             let mut cfg = vm.config(Mode::Bench);
@@ -591,12 +382,26 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout: t,
                 echo_console: false,
                 print_results: false,
+                print_progress: true,
                 label: "bench".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+            println!(
+                "    boot to init: {}; whole run: {:.1}s",
+                o.boot_to_init
+                    .map(|b| format!("{:.1}s", b.as_secs_f64()))
+                    .unwrap_or_else(|| "not seen".into()),
+                o.wall.as_secs_f64()
+            );
             let rep = bench::write_results(&o.parser.lines, &out, reps, Some(&kernel))
                 .with_context(|| format!("console log: {}", o.console_log.display()))?;
             bench_summary(&rep, &out);
+            // The programs' whole output (diagnostics, progress, trace-* call graphs), beside
+            // the protocol lines of raw.txt.
+            let serial = out.join("serial.txt");
+            std::fs::copy(&files.results, &serial)
+                .with_context(|| format!("copying the VM's output to {}", serial.display()))?;
+            println!("    the programs' whole output: {}", serial.display());
             let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
             if !o.problems.is_empty() || o.timed_out || !failed.is_empty() {
                 bail!(
@@ -617,7 +422,7 @@ fn real_main(cli: Cli) -> Result<()> {
             timeout,
             nodes: 2,
         } => {
-            let files = build_all(&ctx, &build)?;
+            let files = suite::build_all(&ctx, &build)?;
             nodes::two_nodes(
                 &ctx,
                 &vm.config(Mode::Node),
@@ -631,7 +436,7 @@ fn real_main(cli: Cli) -> Result<()> {
         Cmd::Run {
             build, vm, timeout, ..
         } => {
-            let files = build_all(&ctx, &build)?;
+            let files = suite::build_all(&ctx, &build)?;
             let cfg = vm.config(Mode::Run);
             heading("run: booting the lab (TCG); the guest narrates from here");
             let t = Duration::from_secs(timeout);
@@ -639,6 +444,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 timeout: t,
                 echo_console: true,
                 print_results: false,
+                print_progress: false,
                 label: "run".into(),
             };
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;

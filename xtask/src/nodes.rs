@@ -11,8 +11,8 @@
 
 use crate::hostcheck;
 use crate::ktap::{Status, TestResult};
+use crate::qemu::{Mode, NodeLink, VmConfig, VmFiles};
 use crate::util::{heading, Ctx};
-use crate::vm::{Mode, NodeLink, VmConfig, VmFiles};
 use crate::vmrun;
 use anyhow::{bail, Context, Result};
 use std::net::UdpSocket;
@@ -118,6 +118,7 @@ fn boot_node(
         timeout,
         echo_console: false,
         print_results: false,
+        print_progress: false,
         label: format!("node-{}", n.role),
     };
     let name = n.name;

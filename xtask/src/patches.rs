@@ -5,7 +5,8 @@
 //! every step. `--update-from` first exports a kernel-tree branch back into the series.
 
 use crate::kernel::{apply_series, commit_patches, toolchain_reset, ToCommit};
-use crate::series::{self, Ident, Series};
+use crate::mail::{self, Ident};
+use crate::series::{self, Series};
 use crate::util::{heading, output, run_step, Ctx};
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -19,6 +20,8 @@ pub struct PatchOpts {
     pub update_from: Option<String>,
     /// Apply to a pristine worktree and build after every patch.
     pub build_each: bool,
+    /// Restrict `--build-each` to these series (their id, e.g. `4-rust-dma-buf`); empty: all.
+    pub only: Vec<String>,
     /// `Name <mail>` to sign off with, instead of `git config user.name/user.email`.
     pub signoff: Option<String>,
 }
@@ -46,7 +49,7 @@ fn signer(ctx: &Ctx, flag: Option<&str>) -> Result<Ident> {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    let me = series::signer(
+    let me = mail::signer(
         flag,
         cfg("user.name").as_deref(),
         cfg("user.email").as_deref(),
@@ -167,7 +170,7 @@ fn export(ctx: &Ctx, all: &[Series], branch: &str, me: &Ident) -> Result<()> {
             .env("GIT_COMMITTER_NAME", &me.name)
             .env("GIT_COMMITTER_EMAIL", &me.email)
             .env("GIT_COMMITTER_DATE", &c.date);
-        parent = series::pipe(&mut ct, &series::strip_signoffs(&c.message))?
+        parent = mail::pipe(&mut ct, &mail::strip_signoffs(&c.message))?
             .trim()
             .to_string();
         new.push(parent.clone());
@@ -214,10 +217,10 @@ fn export(ctx: &Ctx, all: &[Series], branch: &str, me: &Ident) -> Result<()> {
 }
 
 /// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`).
-fn recipients(ctx: &Ctx, range: &str) -> Result<series::Recipients> {
+fn recipients(ctx: &Ctx, range: &str) -> Result<mail::Recipients> {
     let mbox = output(git(ctx)?.args(["format-patch", "--stdout", "--no-signature", range]))?;
     let ksrc = ctx.ksrc()?;
-    let out = series::pipe(
+    let out = mail::pipe(
         Command::new("perl")
             .current_dir(&ksrc)
             .arg(ksrc.join("scripts/get_maintainer.pl"))
@@ -225,7 +228,7 @@ fn recipients(ctx: &Ctx, range: &str) -> Result<series::Recipients> {
         &mbox,
     )
     .context("scripts/get_maintainer.pl")?;
-    Ok(series::parse_get_maintainer(&out))
+    Ok(mail::parse_get_maintainer(&out))
 }
 
 /// What the checks found in one emitted patch.
@@ -297,7 +300,7 @@ fn kernel_doc(ksrc: &Path, dir: &Path, path: &str) -> Result<Vec<String>> {
     );
     Ok(text
         .lines()
-        .filter(|l| series::is_kernel_doc_warning(l))
+        .filter(|l| mail::is_kernel_doc_warning(l))
         .map(str::to_string)
         .collect())
 }
@@ -305,7 +308,7 @@ fn kernel_doc(ksrc: &Path, dir: &Path, path: &str) -> Result<Vec<String>> {
 /// Whether rustfmt (the kernel's `.rustfmt.toml`) leaves the file as it is.
 fn rustfmt_clean(ksrc: &Path, file: &Path) -> Result<bool> {
     let text = fs::read_to_string(file)?;
-    let formatted = series::pipe(
+    let formatted = mail::pipe(
         Command::new("rustfmt")
             .args(["--emit", "stdout", "--edition", "2021", "--config-path"])
             .arg(ksrc.join(".rustfmt.toml")),
@@ -399,7 +402,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .last()
         .cloned()
         .unwrap_or_else(|| BASE.to_string());
-    let trailers = series::emit_trailers(s.meta.stable, me);
+    let trailers = mail::emit_trailers(s.meta.stable, me);
     let own: Vec<ToCommit> = s
         .patches
         .iter()
@@ -522,6 +525,12 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
     let me = signer(ctx, o.signoff.as_deref())?;
     println!("    signed off by: {me}");
     let mut all = series::load(&ctx.root)?;
+    if let Some(bad) = o.only.iter().find(|id| !all.iter().any(|s| &s.id() == *id)) {
+        bail!(
+            "--only {bad}: no such series (there are: {})",
+            all.iter().map(Series::id).collect::<Vec<_>>().join(", ")
+        );
+    }
     if let Some(branch) = &o.update_from {
         export(ctx, &all, branch, &me)?;
         all = series::load(&ctx.root)?;
@@ -584,7 +593,11 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
         );
     }
     if o.build_each {
-        build_each(ctx, &emitted, cache_lock)?;
+        let chosen: Vec<&Emitted> = emitted
+            .iter()
+            .filter(|e| o.only.is_empty() || o.only.contains(&e.id))
+            .collect();
+        build_each(ctx, &chosen, cache_lock)?;
     }
     let n: usize = emitted.iter().map(|e| e.patches.len()).sum();
     println!(
@@ -631,21 +644,10 @@ fn check_dirs(cache: &Path, ksrc: &Path) -> (PathBuf, PathBuf) {
 /// upstream's, see docs/abstractions.md for the W=1 check) and run at the lowest CPU priority. Each step's
 /// output is in `logs/build-each-<series>-NN.log`; its compiler and Clippy warnings are counted
 /// and printed.
-fn build_each(ctx: &Ctx, series: &[Emitted], cache_lock: Option<fs::File>) -> Result<()> {
+fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> Result<()> {
     let (wt, kb) = check_dirs(&ctx.cache, &ctx.ksrc()?);
     // The worktree is private: what its `git am` commits never leaves it.
-    let in_wt = || {
-        let mut c = Command::new("git");
-        c.current_dir(&wt).args([
-            "-c",
-            "user.name=p2pbuf xtask",
-            "-c",
-            "user.email=xtask@p2pbuf.invalid",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ]);
-        c
-    };
+    let in_wt = || crate::util::xtask_git(&wt);
     if !wt.join(".git").exists() {
         let _ = output(git(ctx)?.args(["worktree", "prune"]));
         output(

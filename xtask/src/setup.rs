@@ -615,17 +615,8 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     // ignore pattern (it hides new files of the series from git). The series applies on
     // `p2pbuf-base`.
     let git = |args: &[&str]| -> Command {
-        let mut c = Command::new("git");
-        c.current_dir(&tree)
-            .args([
-                "-c",
-                "user.name=p2pbuf xtask",
-                "-c",
-                "user.email=xtask@p2pbuf.invalid",
-                "-c",
-                "core.hooksPath=/dev/null",
-            ])
-            .args(args);
+        let mut c = crate::util::xtask_git(&tree);
+        c.args(args);
         c
     };
     run_step(
@@ -679,6 +670,38 @@ fn kernel_source(ctx: &Ctx) -> Result<()> {
     fs::write(ctx.cache.join("kernel-tree"), &name)?;
     println!("    kernel tree: {}", tree.display());
     Ok(())
+}
+
+/// The `.orig` tarball `file` of Debian source package `pkg` at `version`, downloaded into the
+/// cache's `dl/` with the private apt configuration unless it is there already.
+pub fn debian_orig_tarball(ctx: &Ctx, pkg: &str, version: &str, file: &str) -> Result<PathBuf> {
+    let dl = ctx.cache.join("dl");
+    let tb = dl.join(file);
+    if tb.exists() {
+        return Ok(tb);
+    }
+    fs::create_dir_all(&dl)?;
+    let opts = private_apt(ctx)?;
+    private_apt_update(ctx, &opts)?;
+    // The mirror sometimes answers 404 for the .dsc (or the Debian tarball) while the orig
+    // tarball downloads fine, and apt then exits non-zero: look for the tarball, not at apt's
+    // exit code.
+    let _ = run_step(
+        ctx,
+        &format!("apt-get source --download-only {pkg}"),
+        pkg,
+        Command::new("apt-get")
+            .args(&opts)
+            .args(["source", "--download-only", &format!("{pkg}={version}")])
+            .current_dir(&dl),
+    );
+    if !tb.exists() {
+        bail!(
+            "could not download {} from Debian sid's source packages ({pkg} {version})",
+            tb.display()
+        );
+    }
+    Ok(tb)
 }
 
 #[cfg(test)]

@@ -353,6 +353,21 @@ impl Stamp {
     }
 }
 
+/// `git` in `dir` with the identity of xtask's own commits (its private trees: the kernel
+/// source, patch worktrees) and no hooks.
+pub fn xtask_git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(dir).args([
+        "-c",
+        "user.name=p2pbuf xtask",
+        "-c",
+        "user.email=xtask@p2pbuf.invalid",
+        "-c",
+        "core.hooksPath=/dev/null",
+    ]);
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,8 @@
 //! as results arrive; a hang ends in a stated timeout.
 
 use crate::ktap::{scan_console, Parser, Problem, Status, TestResult};
+use crate::qemu::{qemu_args, VmConfig, VmFiles};
 use crate::util::Ctx;
-use crate::vm::{qemu_args, VmConfig, VmFiles};
 use anyhow::{Context, Result};
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -35,6 +35,9 @@ pub struct Watch {
     pub echo_console: bool,
     /// Print KTAP results as they arrive.
     pub print_results: bool,
+    /// Print the second serial port's progress lines as they arrive (`cargo xtask bench`:
+    /// see [`is_progress`]).
+    pub print_progress: bool,
     pub label: String,
 }
 
@@ -129,6 +132,13 @@ pub fn boot_and_watch_with(
             pending.push_str(&more.replace('\r', ""));
             while let Some(i) = pending.find('\n') {
                 let line: String = pending.drain(..=i).collect();
+                if w.print_progress && is_progress(line.trim()) {
+                    println!(
+                        "    [{:>5}s] {}",
+                        start.elapsed().as_secs(),
+                        line.trim().trim_start_matches("# ")
+                    );
+                }
                 if let Some(r) = parser.feed(line.trim_end()) {
                     if w.print_results {
                         print_result(&r);
@@ -189,6 +199,12 @@ pub fn boot_and_watch_with(
     })
 }
 
+/// A line of the second serial port that says where a long run is: the benchmark programs'
+/// framing (`# bench NAME`, `# bench NAME exit STATUS`) and their `# progress: ...` lines.
+pub fn is_progress(line: &str) -> bool {
+    line.starts_with("# bench ") || line.starts_with("# progress:")
+}
+
 /// Everything that makes a run fail, in words.
 pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
     let mut f = vec![];
@@ -224,4 +240,23 @@ pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
         f.push("QEMU exited with an error (see the console log)".into());
     }
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_progress;
+
+    #[test]
+    fn progress_lines_are_the_framing_and_progress_only() {
+        assert!(is_progress("# bench export_map"));
+        assert!(is_progress("# bench rdma.sh exit 0"));
+        assert!(is_progress(
+            "# progress: export_map p2pbuf 64 GiB rep 1/3: export, import, free..."
+        ));
+        assert!(!is_progress(
+            "BENCH export_map kind=p2pbuf size=4096 rep=0 export_us=1"
+        ));
+        assert!(!is_progress("# rdma_reg size=4096: no host buffer"));
+        assert!(!is_progress("# benchmark"));
+    }
 }

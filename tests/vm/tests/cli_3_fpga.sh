@@ -30,8 +30,11 @@ if [ ! -e /dev/p2pbuf-dma ]; then
 	for t in d2d d2s s2d json zero-len absent; do ktap_skip "$t" "no /dev/p2pbuf-dma (no edu device?)"; done
 	ktap_exit
 fi
-case "$(p2p_fabric)" in
-hostbridge) DEVMAP=THRU_HOST_BRIDGE ;;
+# The map type the CLI prints is the engine's view of its DMA addresses: an IOVA when its IOMMU
+# translates device memory (through the host bridge), else the memory's bus address (the route,
+# switch or host bridge, is the exporter's: P2PBUF_IOCTL_ATTACHMENT, checked in importer.c).
+case "$(p2p_fabric)/${P2PBUF_IOMMU:-0}" in
+hostbridge/1) DEVMAP=THRU_HOST_BRIDGE ;;
 *) DEVMAP=BUS_ADDR ;;
 esac
 copy "fpga copy device -> device memory, 12345 bytes, offsets 7 -> 4093" "$DEVMAP" "$DEVMAP" \

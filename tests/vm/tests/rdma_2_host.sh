@@ -16,9 +16,7 @@ ktap_ok "rxe0 on $RXE_NETDEV"
 SIZE=16M
 PORT=7471
 # 5 clients: 3 writes, 2 reads.
-p2pbuf rdma serve --port $PORT --buf host --size $SIZE --clients 5 --timeout 120 >/tmp/serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/serve.txt "listening on" 30; then
+if ! serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size $SIZE --clients 5 --timeout 120; then
 	comment /tmp/serve.txt
 	ktap_fail "p2pbuf rdma serve --buf host: registered and listening"
 	kill $srv 2>/dev/null
@@ -30,25 +28,13 @@ ktap_check "p2pbuf rdma serve --buf host: ibv_reg_mr of 16 MiB, listening" \
 
 # write SIZE OFFSET SEED: an RDMA WRITE the server verifies.
 write() {
-	timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" >/tmp/w.txt 2>&1
-	rc=$?
-	comment /tmp/w.txt
-	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/w.txt && grep -q "^OK" /tmp/w.txt; then
-		ktap_ok "RDMA WRITE of $1 at offset $2 (seed $3), verified by the server, $(rate /tmp/w.txt)"
-	else
-		ktap_fail "RDMA WRITE of $1 at offset $2 (seed $3): exit $rc"
-	fi
+	rdma_op_check write "$1" "$2" "$3" "server: verified the pattern" \
+		"RDMA WRITE of $1 at offset $2 (seed $3), verified by the server" "RDMA WRITE of $1 at offset $2 (seed $3)"
 }
 # read SIZE OFFSET SEED: an RDMA READ that must return the pattern written before.
 read_back() {
-	timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" >/tmp/r.txt 2>&1
-	rc=$?
-	comment /tmp/r.txt
-	if [ $rc -eq 0 ] && grep -q "(equal)" /tmp/r.txt && grep -q "^OK" /tmp/r.txt; then
-		ktap_ok "RDMA READ of $1 at offset $2 returns seed $3's pattern, $(rate /tmp/r.txt)"
-	else
-		ktap_fail "RDMA READ of $1 at offset $2 (seed $3): exit $rc"
-	fi
+	rdma_op_check read "$1" "$2" "$3" "(equal)" \
+		"RDMA READ of $1 at offset $2 returns seed $3's pattern" "RDMA READ of $1 at offset $2 (seed $3)"
 }
 write 4M 0 1
 write 5M 4M 2
@@ -56,9 +42,7 @@ write 3M 13M 3
 read_back 4M 0 1
 # 8 MiB from 4 MiB: seed 2's pattern up to 9 MiB, then other bytes. The client must report
 # the first byte that is not the pattern (at 9 MiB) and fail; the server agrees on checksums.
-timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 8M --offset 4M --pattern 2 >/tmp/r.txt 2>&1
-rc=$?
-comment /tmp/r.txt
+rdma_client 120 /tmp/r.txt read --size 8M --offset 4M --pattern 2
 if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset 9437184" /tmp/r.txt &&
 	grep -q "(equal)" /tmp/r.txt; then
 	ktap_ok "RDMA READ past a write's end: first non-pattern byte at 9 MiB, checksums equal"
@@ -72,17 +56,11 @@ ktap_check "server: 3 writes and a read verified, the read past the write report
 	grep -q "done: 4 client(s) verified, 1 failed" /tmp/serve.txt
 
 # The HCA refuses an RDMA WRITE past the end of the MR, and one into a read-only MR.
-p2pbuf rdma serve --port $PORT --buf host --size 1M --access lw,rr --clients 2 --timeout 60 >/tmp/serve.txt 2>&1 &
-srv=$!
-wait_for /tmp/serve.txt "listening on" 30
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 1M --pattern 5 --unchecked >/tmp/w.txt 2>&1
-rc=$?
-comment /tmp/w.txt
+serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size 1M --access lw,rr --clients 2 --timeout 60
+rdma_client 60 /tmp/w.txt write --size 64k --offset 1M --pattern 5 --unchecked
 ktap_check "RDMA WRITE past the end of the MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 0 --pattern 5 >/tmp/w.txt 2>&1
-rc=$?
-comment /tmp/w.txt
+rdma_client 60 /tmp/w.txt write --size 64k --offset 0 --pattern 5
 ktap_check "RDMA WRITE into a read-only MR (lw,rr): IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
 wait $srv

@@ -56,15 +56,11 @@ if [ "$DMABUF_MR" = supported ]; then
 		for w in "2M 0 11" "3M 2M 12"; do
 			# shellcheck disable=SC2086
 			set -- $w
-			timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" >/tmp/w.txt 2>&1
-			rc=$?
-			comment /tmp/w.txt
+			rdma_client 120 /tmp/w.txt write --size "$1" --offset "$2" --pattern "$3"
 			ktap_check "RDMA WRITE of $1 at $2 into the udmabuf MR, verified through its mmap (exit $rc)" \
 				grep -q "server: verified the pattern" /tmp/w.txt
 		done
-		timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 2M --offset 0 --pattern 11 >/tmp/r.txt 2>&1
-		rc=$?
-		comment /tmp/r.txt
+		rdma_client 120 /tmp/r.txt read --size 2M --offset 0 --pattern 11
 		ktap_check "RDMA READ of 2M from the udmabuf MR returns the pattern (exit $rc)" grep -q "^OK" /tmp/r.txt
 		wait $srv
 		comment /tmp/serve.txt
@@ -93,9 +89,7 @@ fi
 # Device memory from the p2pbuf exporter.
 if [ -e /dev/p2pbuf ]; then
 	if [ "$DMABUF_MR" = supported ]; then
-		p2pbuf rdma serve --port $PORT --buf p2pbuf --size 4M --clients 1 --timeout 60 >/tmp/serve.txt 2>&1 &
-		srv=$!
-		if wait_for /tmp/serve.txt "listening on" 30; then
+		if serve_bg /tmp/serve.txt 30 --port $PORT --buf p2pbuf --size 4M --clients 1 --timeout 60; then
 			ktap_ok "serve --buf p2pbuf: device memory registered"
 			timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 4M --pattern 21 >/tmp/w.txt 2>&1
 			comment /tmp/w.txt

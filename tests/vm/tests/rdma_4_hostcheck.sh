@@ -33,9 +33,7 @@ SIZE=12582912 # 12 MiB: a size no other buffer of this test has, to find it in d
 p2pbuf alloc --kind p2pbuf --size 384M --hold 300 >/tmp/hc_spacer.txt 2>&1 &
 spacer=$!
 wait_for /tmp/hc_spacer.txt "allocated" 60 || comment /tmp/hc_spacer.txt
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients 4 --timeout 120 >/tmp/hc_serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/hc_serve.txt "listening on" 60; then
+if ! serve_bg /tmp/hc_serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 4 --timeout 120; then
 	comment /tmp/hc_serve.txt
 	ktap_fail "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr"
 	kill $srv $spacer 2>/dev/null
@@ -68,9 +66,7 @@ BAR=$((${BAR:-0}))
 # hc_write LEN OFFSET SEED: an RDMA WRITE of the lab pattern that the server verifies, and
 # the host check of the same bytes.
 hc_write() {
-	timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size "$1" --offset "$2" --pattern "$3" --lab-pattern >/tmp/hc_w.txt 2>&1
-	rc=$?
-	comment /tmp/hc_w.txt
+	rdma_client 120 /tmp/hc_w.txt write --size "$1" --offset "$2" --pattern "$3" --lab-pattern
 	if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/hc_w.txt; then
 		ktap_ok "RDMA WRITE of $1 bytes at offset $2 (lab pattern, seed $3) into device memory, verified through the mmap, $(rate /tmp/hc_w.txt)"
 		# The host reads the ivshmem backing file at the same BAR offset.
@@ -95,9 +91,7 @@ ktap_check "CPU access brackets around rxe's copies into the MR: ${begins:-?} be
 	sh -c "[ ${begins:-0} -ge 2048 ] && [ ${begins:-0} -eq ${ends:--1} ]"
 
 # RDMA READ of the second write back: the client checks the lab pattern.
-timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 3145728 --offset 5246976 --pattern 32 --lab-pattern >/tmp/hc_r.txt 2>&1
-rc=$?
-comment /tmp/hc_r.txt
+rdma_client 120 /tmp/hc_r.txt read --size 3145728 --offset 5246976 --pattern 32 --lab-pattern
 ktap_check "RDMA READ of 3 MiB from device memory returns the lab pattern of seed 32 (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '(equal)' /tmp/hc_r.txt && ! grep -q 'not the pattern' /tmp/hc_r.txt"
 

@@ -60,23 +60,15 @@ reg_errno 22 "the fd of the null character device (not a dma-buf)" --buf file /d
 if [ -e /dev/p2pbuf ]; then
 	PORT=7475
 	# Read-only to peers (lw,rr): a WRITE is refused, a READ works.
-	p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60 >/tmp/neg_serve.txt 2>&1 &
-	srv=$!
-	if wait_for /tmp/neg_serve.txt "listening on" 30; then
-		timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --pattern 5 >/tmp/w.txt 2>&1
-		rc=$?
-		comment /tmp/w.txt
+	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --buf p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60; then
+		rdma_client 60 /tmp/w.txt write --size 64k --pattern 5
 		ktap_check "RDMA WRITE into a read-only (lw,rr) dma-buf MR of device memory: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
-		timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --offset 1M --pattern 5 --unchecked >/tmp/w.txt 2>&1
-		rc=$?
-		comment /tmp/w.txt
+		rdma_client 60 /tmp/w.txt write --size 64k --offset 1M --pattern 5 --unchecked
 		ktap_check "RDMA WRITE past the end of a dma-buf MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
 		# The memory is still all zeroes (the exporter zeroes new buffers): nothing was written.
-		timeout 60 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 64k >/tmp/r.txt 2>&1
-		rc=$?
-		comment /tmp/r.txt
+		rdma_client 60 /tmp/r.txt read --size 64k
 		# 0xeb05052ea5b62325: FNV-1a (the session's checksum) of 65536 zero bytes.
 		ktap_check "RDMA READ from the read-only MR works, and the refused writes left it untouched (exit $rc)" \
 			sh -c "[ $rc -eq 0 ] && grep -q '(equal)' /tmp/r.txt && grep -q 'checksum: here 0xeb05052ea5b62325' /tmp/r.txt"
@@ -87,12 +79,8 @@ if [ -e /dev/p2pbuf ]; then
 	wait $srv
 	comment /tmp/neg_serve.txt
 	# Write-only to peers (lw,rw): a READ is refused.
-	p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60 >/tmp/neg_serve.txt 2>&1 &
-	srv=$!
-	if wait_for /tmp/neg_serve.txt "listening on" 30; then
-		timeout 60 p2pbuf rdma read --server "$RXE_IP:$PORT" --size 64k >/tmp/r.txt 2>&1
-		rc=$?
-		comment /tmp/r.txt
+	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --buf p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60; then
+		rdma_client 60 /tmp/r.txt read --size 64k
 		ktap_check "RDMA READ from a dma-buf MR without REMOTE_READ (lw,rw): IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/r.txt"
 	else

@@ -48,9 +48,7 @@ uptime_s() { cut -d' ' -f1 /proc/uptime; }
 revoked0=$(dmesg | grep -c "$PCI: unbound: .* buffer(s) revoked")
 
 PORT=7476
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size 4M --clients 2 --timeout 120 >/tmp/rv_serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/rv_serve.txt "listening on" 60; then
+if ! serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 4M --clients 2 --timeout 120; then
 	comment /tmp/rv_serve.txt
 	ktap_fail "serve --buf p2pbuf: device memory registered"
 	kill $srv 2>/dev/null
@@ -88,9 +86,7 @@ ktap_check "client: a write in the loop completed with IBV_WC_REM_ACCESS_ERR aft
 	sh -c "[ $crc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w.txt && [ ${done_n:-0} -ge 8 ]"
 
 # A new client, after the revoke: refused the same way.
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 64k --pattern 42 >/tmp/rv_w2.txt 2>&1
-rc=$?
-comment /tmp/rv_w2.txt
+rdma_client 60 /tmp/rv_w2.txt write --size 64k --pattern 42
 ktap_check "a new client's RDMA WRITE into the revoked MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w2.txt"
 
@@ -105,9 +101,7 @@ ktap_check "server: the region is gone, ibv_dereg_mr of the revoked MR succeeds,
 echo "$PCI" >$DRV/bind
 brc=$?
 ktap_check "the exporter binds to $PCI again (exit $brc)" sh -c "[ $brc -eq 0 ] && [ -e $DRV/$PCI ]"
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 60 >/tmp/rv_serve.txt 2>&1 &
-srv=$!
-if wait_for /tmp/rv_serve.txt "listening on" 60; then
+if serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 60; then
 	timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --pattern 43 >/tmp/rv_w.txt 2>&1
 	comment /tmp/rv_w.txt
 fi

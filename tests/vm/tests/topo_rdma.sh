@@ -39,9 +39,7 @@ SIZE=8M
 WOFF=1048576
 WLEN=3145728
 SEED=41
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size $SIZE --clients 2 --timeout 120 >/tmp/serve.txt 2>&1 &
-srv=$!
-if ! wait_for /tmp/serve.txt "listening on" 60; then
+if ! serve_bg /tmp/serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 2 --timeout 120; then
 	comment /tmp/serve.txt
 	ktap_fail "serve --buf p2pbuf: device memory registered with ibv_reg_dmabuf_mr"
 	for t in attach write read verdict; do ktap_skip "$t" "no server"; done
@@ -60,18 +58,14 @@ if [ -n "$BAR_OFF" ] && grep "^buffer .*: 8388608 bytes" $DEBUGFS/buffers | tail
 else
 	ktap_fail "want the buffer (BAR offset ${BAR_OFF:-not found}) vmapped and never mapped for DMA"
 fi
-timeout 120 p2pbuf rdma write --server "$RXE_IP:$PORT" --size $WLEN --offset $WOFF --pattern $SEED --lab-pattern >/tmp/w.txt 2>&1
-rc=$?
-comment /tmp/w.txt
+rdma_client 120 /tmp/w.txt write --size $WLEN --offset $WOFF --pattern $SEED --lab-pattern
 if [ $rc -eq 0 ] && grep -q "server: verified the pattern" /tmp/w.txt; then
 	ktap_ok "RDMA WRITE of 3 MiB at 1 MiB into device memory ($FABRIC fabric), verified through its mmap, $(rate /tmp/w.txt)"
 	[ -n "$BAR_OFF" ] && echo "# hostcheck target=gpu offset=$((BAR_OFF + WOFF)) len=$WLEN seed=$SEED"
 else
 	ktap_fail "RDMA WRITE of 3 MiB at 1 MiB into device memory ($FABRIC fabric): exit $rc"
 fi
-timeout 120 p2pbuf rdma read --server "$RXE_IP:$PORT" --size $WLEN --offset $WOFF --pattern $SEED --lab-pattern >/tmp/r.txt 2>&1
-rc=$?
-comment /tmp/r.txt
+rdma_client 120 /tmp/r.txt read --size $WLEN --offset $WOFF --pattern $SEED --lab-pattern
 ktap_check "RDMA READ of the 3 MiB back returns the pattern (exit $rc)" grep -q "^OK" /tmp/r.txt
 wait $srv
 comment /tmp/serve.txt

@@ -102,6 +102,23 @@ pub fn compiler_include() -> Option<String> {
     Path::new(&p).join("stddef.h").exists().then_some(p)
 }
 
+/// A bindgen builder with the settings the p2pbuf crates share for C library headers
+/// (`-I inc`, the C compiler's own headers, enums as modules of constants, `Default` derived,
+/// no comments or layout tests, pretty-printed); add the header and the allowlists.
+pub fn bindgen_builder(inc: &Path) -> bindgen::Builder {
+    let mut b = bindgen::Builder::default()
+        .clang_arg(format!("-I{}", inc.display()))
+        .default_enum_style(bindgen::EnumVariation::ModuleConsts)
+        .derive_default(true)
+        .generate_comments(false)
+        .layout_tests(false)
+        .formatter(bindgen::Formatter::Prettyplease);
+    if let Some(ci) = compiler_include() {
+        b = b.clang_arg(format!("-isystem{ci}"));
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

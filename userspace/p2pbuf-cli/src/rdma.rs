@@ -1,20 +1,21 @@
 //! `p2pbuf rdma ...`: RDMA with host memory and dma-bufs, through p2pbuf-rdma.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
 use clap::{Args, Subcommand};
-use p2pbuf::{DmaBuf, Error};
-use p2pbuf_rdma::session::{self, ServerMemory};
-use p2pbuf_rdma::{Access, Context, HostBuf, Listener, MrInfo, Op, Pd};
+use p2pbuf::units::human_size;
+use p2pbuf_rdma::verbs::DeviceAttr;
+use p2pbuf_rdma::{Context, MrInfo, Op, Pd};
 use serde::Serialize;
-use serde_json::json;
 
-use crate::target::{human_size, parse_size};
+use crate::output::print_json;
 
 mod bench;
+mod client;
+mod memory;
+mod serve;
+
+pub use client::ClientArgs;
+pub use memory::BufArgs;
+pub use serve::ServeArgs;
 
 /// Default rdma_cm port (perftest's).
 pub const DEFAULT_PORT: u16 = 18515;
@@ -40,85 +41,6 @@ pub enum RdmaCmd {
 }
 
 #[derive(Args, Debug)]
-pub struct BufArgs {
-    /// The memory: host (ibv_reg_mr), udmabuf, heap (the system dma-buf heap), p2pbuf
-    /// (/dev/p2pbuf), `fd-from SOCKET` (receive a dma-buf from `p2pbuf alloc --send` or
-    /// `p2pbuf send`), and for `reg` only `file PATH` (any fd, to see it refused). Dma-bufs
-    /// are registered with ibv_reg_dmabuf_mr.
-    #[arg(long, num_args = 1..=2, value_names = ["KIND", "PATH"], default_values = ["host"])]
-    buf: Vec<String>,
-    /// Bytes to allocate (host, udmabuf, heap, p2pbuf); for fd-from the buffer's size.
-    #[arg(long, value_parser = parse_size)]
-    size: Option<usize>,
-    /// Dma-bufs: where the MR starts in the buffer.
-    #[arg(long, default_value = "0", value_parser = parse_size)]
-    offset: usize,
-    /// Dma-bufs: MR length (default: the rest of the buffer after --offset).
-    #[arg(long, value_parser = parse_size)]
-    length: Option<usize>,
-    /// Dma-bufs: the address peers use for the MR's first byte (default: --offset).
-    #[arg(long, value_parser = parse_u64)]
-    iova: Option<u64>,
-    /// Access flags: lw (LOCAL_WRITE), rw (REMOTE_WRITE), rr (REMOTE_READ), ra, none.
-    #[arg(long, default_value = "lw,rw,rr")]
-    access: Access,
-    /// RDMA device (default: the first, or the one the bind address belongs to).
-    #[arg(long)]
-    device: Option<String>,
-}
-
-#[derive(Args, Debug)]
-pub struct ServeArgs {
-    /// rdma_cm port.
-    #[arg(long, default_value_t = DEFAULT_PORT)]
-    port: u16,
-    /// Address to listen on (default: all).
-    #[arg(long)]
-    bind: Option<IpAddr>,
-    #[command(flatten)]
-    buf: BufArgs,
-    /// Clients to serve, one after the other (0: until killed).
-    #[arg(long, default_value_t = 1)]
-    clients: u32,
-    /// Give up when no client comes for this many seconds (0: wait forever).
-    #[arg(long, default_value_t = 0)]
-    timeout: u64,
-}
-
-#[derive(Args, Debug)]
-pub struct ClientArgs {
-    /// The server, ADDR:PORT (or ADDR, for port 18515).
-    #[arg(long)]
-    server: String,
-    /// Bytes.
-    #[arg(long, value_parser = parse_size)]
-    size: usize,
-    /// Offset into the server's region.
-    #[arg(long, default_value = "0", value_parser = parse_size)]
-    offset: usize,
-    /// Pattern seed: written (write), expected (read).
-    #[arg(long)]
-    pattern: Option<u64>,
-    /// Post even past the end of the server's region (to see the HCA refuse it).
-    #[arg(long)]
-    unchecked: bool,
-    /// Write the lab pattern instead: byte i of the transfer is (i*13 + seed + (i>>12)) &
-    /// 0xff, what `cargo xtask test`'s host check looks for in the GPU memory's backing file.
-    #[arg(long)]
-    lab_pattern: bool,
-    /// Do the operation this many times over the same connection (the same bytes), printing
-    /// the count done after the 1st, 2nd, 4th, 8th, ...; the first failed completion ends it.
-    #[arg(long, default_value_t = 1)]
-    repeat: u64,
-    /// With --repeat: operations kept in flight (1 to 12).
-    #[arg(long, default_value_t = 1)]
-    depth: usize,
-    /// Seconds to wait for the connection.
-    #[arg(long, default_value_t = 20)]
-    timeout: u64,
-}
-
-#[derive(Args, Debug)]
 pub struct RegArgs {
     #[command(flatten)]
     buf: BufArgs,
@@ -127,286 +49,13 @@ pub struct RegArgs {
     wait: u64,
     /// With `--buf p2pbuf`: N times, allocate a buffer and revoke it (P2PBUF_IOCTL_REVOKE)
     /// from another thread at a random moment within the time a registration takes, while it
-    /// is being registered; print how the
-    /// attempts ended. Every registration must either succeed (and deregister) or fail with
+    /// is being registered; print how the attempts ended. Every registration must either succeed (and deregister) or fail with
     /// ENODEV or EINVAL; anything else is an error.
     #[arg(long, value_name = "N")]
     revoke_race: Option<u32>,
 }
 
-fn parse_u64(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    match t.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => t.parse(),
-    }
-    .map_err(|e| format!("{s:?}: {e}"))
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum BufSpec {
-    Host,
-    Udmabuf,
-    Heap,
-    P2pbuf,
-    FdFrom(PathBuf),
-    File(PathBuf),
-}
-
-impl BufSpec {
-    fn parse(v: &[String]) -> Result<BufSpec, Error> {
-        let bad = |d: String| Error::Protocol {
-            what: "--buf".into(),
-            detail: d,
-        };
-        let (kind, path) = match v {
-            [k] => match k.split_once(':') {
-                Some((k, p)) => (k, Some(p)),
-                None => (k.as_str(), None),
-            },
-            [k, p] => (k.as_str(), Some(p.as_str())),
-            _ => return Err(bad("expected KIND [PATH]".into())),
-        };
-        let need = |p: Option<&str>| {
-            p.filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-                .ok_or_else(|| bad(format!("{kind} needs a path: --buf {kind} PATH")))
-        };
-        let none = |p: Option<&str>, s| match p {
-            Some(p) => Err(bad(format!("{kind} takes no path (got {p:?})"))),
-            None => Ok(s),
-        };
-        match kind {
-            "host" => none(path, BufSpec::Host),
-            "udmabuf" => none(path, BufSpec::Udmabuf),
-            "heap" => none(path, BufSpec::Heap),
-            "p2pbuf" => none(path, BufSpec::P2pbuf),
-            "fd-from" => Ok(BufSpec::FdFrom(need(path)?)),
-            "file" => Ok(BufSpec::File(need(path)?)),
-            k => Err(bad(format!(
-                "unknown kind {k:?}: host, udmabuf, heap, p2pbuf, fd-from SOCKET, file PATH"
-            ))),
-        }
-    }
-}
-
-/// The memory behind a registration.
-enum Memory {
-    Host(HostBuf),
-    DmaBuf(DmaBuf),
-    /// Any other fd (a negative test).
-    Other(OwnedFd, PathBuf),
-}
-
-impl Memory {
-    fn describe(&self) -> String {
-        match self {
-            Memory::Host(b) => format!("host memory, {}", human_size(b.len() as u64)),
-            Memory::DmaBuf(b) => format!(
-                "{} dma-buf of {} (fd {}, inode {})",
-                b.exporter(),
-                human_size(b.size()),
-                b.as_raw_fd(),
-                b.info().ino.map_or("?".into(), |i| i.to_string())
-            ),
-            Memory::Other(fd, p) => {
-                format!("fd {} ({}), not a dma-buf", fd.as_raw_fd(), p.display())
-            }
-        }
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Memory::Host(_) => "host".into(),
-            Memory::DmaBuf(b) => b.exporter().to_string(),
-            Memory::Other(..) => "file".into(),
-        }
-    }
-}
-
-/// Receive a dma-buf on a Unix socket (from `p2pbuf alloc --send` or `p2pbuf send`).
-fn receive(socket: &Path, wait: u64) -> p2pbuf::Result<DmaBuf> {
-    let l = crate::bind(socket)?;
-    l.set_nonblocking(true).ok();
-    let deadline = std::time::Instant::now() + Duration::from_secs(wait);
-    let conn = loop {
-        match l.accept() {
-            Ok((c, _)) => break c,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(socket);
-                return Err(Error::Io {
-                    what: format!("waiting {wait} s for a dma-buf"),
-                    path: socket.to_path_buf(),
-                    source: e,
-                    check: Some("start `p2pbuf alloc --kind udmabuf --size S --send SOCKET` (or `p2pbuf send SOCKET FD`)".into()),
-                });
-            }
-        }
-    };
-    let _ = std::fs::remove_file(socket);
-    conn.set_nonblocking(false).ok();
-    match p2pbuf::recv_dmabuf(&conn) {
-        Ok(got) => {
-            let msg = format!("pid {} will register it for RDMA", std::process::id());
-            p2pbuf::fdpass::send_ack(&conn, true, &msg)?;
-            Ok(got.buf)
-        }
-        Err(e) => {
-            let _ = p2pbuf::fdpass::send_ack(&conn, false, &e.to_string());
-            Err(e)
-        }
-    }
-}
-
-fn io_err(what: &str, path: &Path, source: std::io::Error) -> Error {
-    Error::Io {
-        what: what.into(),
-        path: path.to_path_buf(),
-        source,
-        check: None,
-    }
-}
-
-fn need_size(b: &BufArgs) -> p2pbuf::Result<usize> {
-    b.size.ok_or_else(|| Error::Protocol {
-        what: "--buf".into(),
-        detail: "--size is needed for this kind of buffer".into(),
-    })
-}
-
-fn get_memory(b: &BufArgs, wait: u64) -> p2pbuf::Result<Memory> {
-    Ok(match BufSpec::parse(&b.buf)? {
-        BufSpec::Host => Memory::Host(HostBuf::new(need_size(b)?)?),
-        BufSpec::Udmabuf => Memory::DmaBuf(p2pbuf::udmabuf::alloc(need_size(b)? as u64)?),
-        BufSpec::Heap => Memory::DmaBuf(p2pbuf::heap::alloc(need_size(b)? as u64)?),
-        BufSpec::P2pbuf => Memory::DmaBuf(p2pbuf::exporter::alloc(need_size(b)? as u64)?.buf),
-        BufSpec::FdFrom(s) => Memory::DmaBuf(receive(&s, wait)?),
-        BufSpec::File(p) => {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&p)
-                .map_err(|e| io_err("opening a file to register", &p, e))?;
-            if let Some(s) = b.size {
-                f.set_len(s as u64)
-                    .map_err(|e| io_err("sizing the file", &p, e))?;
-            }
-            Memory::Other(f.into(), p)
-        }
-    })
-}
-
-/// A registration with what it registers.
-struct Registered {
-    desc: String,
-    name: String,
-    mr: RegMr,
-}
-
-enum RegMr {
-    Host(p2pbuf_rdma::HostMr),
-    DmaBuf {
-        mr: p2pbuf_rdma::Mr,
-        /// None for an fd that is not a dma-buf.
-        buf: Option<DmaBuf>,
-        offset: u64,
-    },
-}
-
-impl Registered {
-    fn info(&self) -> MrInfo {
-        match &self.mr {
-            RegMr::Host(m) => m.info(),
-            RegMr::DmaBuf { mr, .. } => mr.info(),
-        }
-    }
-
-    fn verb(&self) -> &'static str {
-        match &self.mr {
-            RegMr::Host(_) => "ibv_reg_mr",
-            RegMr::DmaBuf { .. } => "ibv_reg_dmabuf_mr",
-        }
-    }
-
-    /// `ibv_dereg_mr`, then free or close the memory.
-    fn dereg(self) -> p2pbuf::Result<()> {
-        match self.mr {
-            RegMr::Host(m) => m.dereg().map(drop),
-            RegMr::DmaBuf { mr, buf, .. } => {
-                mr.dereg()?;
-                drop(buf);
-                Ok(())
-            }
-        }
-    }
-}
-
-impl ServerMemory for Registered {
-    fn with_bytes(&self, off: u64, len: u64, f: &mut dyn FnMut(&[u8])) -> p2pbuf::Result<()> {
-        match &self.mr {
-            RegMr::Host(m) => m.buf().with_bytes(off, len, f),
-            RegMr::DmaBuf {
-                buf: Some(b),
-                offset,
-                ..
-            } => {
-                // Through the exporter's mmap, inside DMA_BUF_IOCTL_SYNC(START/END | READ).
-                let map = b.map(p2pbuf::Access::Read)?;
-                let g = map.read()?;
-                let s = (offset + off) as usize;
-                f(&g[s..s + len as usize]);
-                g.finish()
-            }
-            RegMr::DmaBuf { buf: None, .. } => Err(Error::Protocol {
-                what: "reading the registered memory".into(),
-                detail: "it is not a dma-buf".into(),
-            }),
-        }
-    }
-}
-
-fn register(pd: &Pd, mem: Memory, b: &BufArgs) -> p2pbuf::Result<Registered> {
-    let desc = mem.describe();
-    let name = mem.name();
-    let offset = b.offset as u64;
-    let iova = b.iova.unwrap_or(offset);
-    let mr = match mem {
-        Memory::Host(buf) => RegMr::Host(pd.reg_mr(buf, b.access)?),
-        Memory::DmaBuf(d) => {
-            let len = b
-                .length
-                .unwrap_or_else(|| d.size().saturating_sub(offset) as usize);
-            let mr = pd
-                .reg_dmabuf_mr(offset, len, iova, d.as_fd(), b.access)
-                .map_err(|e| crate::p2ppath::explain_dmabuf_refusal(e, pd, &d))?;
-            RegMr::DmaBuf {
-                mr,
-                buf: Some(d),
-                offset,
-            }
-        }
-        Memory::Other(fd, _) => {
-            let len = b.length.or(b.size).unwrap_or(4096);
-            let mr = pd.reg_dmabuf_mr(offset, len, iova, fd.as_fd(), b.access)?;
-            RegMr::DmaBuf {
-                mr,
-                buf: None,
-                offset,
-            }
-        }
-    };
-    Ok(Registered { desc, name, mr })
-}
-
-fn mr_line(m: &MrInfo) -> String {
+pub(crate) fn mr_line(m: &MrInfo) -> String {
     format!(
         "addr {:#x} len {} rkey {:#x} lkey {:#x} access {}",
         m.addr,
@@ -417,7 +66,7 @@ fn mr_line(m: &MrInfo) -> String {
     )
 }
 
-fn open_device(name: Option<&str>) -> p2pbuf::Result<(Context, Pd)> {
+pub(crate) fn open_device(name: Option<&str>) -> p2pbuf::Result<(Context, Pd)> {
     let ctx = Context::open(name)?;
     let pd = Pd::new(&ctx)?;
     Ok((ctx, pd))
@@ -426,39 +75,75 @@ fn open_device(name: Option<&str>) -> p2pbuf::Result<(Context, Pd)> {
 pub fn run(cmd: RdmaCmd, json: bool) -> p2pbuf::Result<()> {
     match cmd {
         RdmaCmd::Info => info(json),
-        RdmaCmd::Serve(a) => serve(a, json),
-        RdmaCmd::Write(a) => client(a, Op::Write, json),
-        RdmaCmd::Read(a) => client(a, Op::Read, json),
+        RdmaCmd::Serve(a) => serve::serve(a, json),
+        RdmaCmd::Write(a) => client::client(a, Op::Write, json),
+        RdmaCmd::Read(a) => client::client(a, Op::Read, json),
         RdmaCmd::Reg(a) => reg(a, json),
         RdmaCmd::Bench(a) => bench::run(a),
     }
 }
 
+/// One device in `p2pbuf --json rdma info`.
+#[derive(Serialize)]
+pub struct DeviceReport {
+    /// Its name (`rxe0`, `mlx5_0`).
+    pub name: String,
+    /// `ibv_query_device`.
+    pub attr: DeviceAttr,
+}
+
+/// `p2pbuf --json rdma info`.
+#[derive(Serialize)]
+pub struct InfoReport {
+    /// The devices librdmacm sees.
+    pub devices: Vec<DeviceReport>,
+    /// Where the verbs bindings came from (generated or the pregenerated fallback).
+    pub bindings: &'static str,
+}
+
+/// `p2pbuf --json rdma reg`.
+#[derive(Serialize)]
+pub struct RegReport<'a> {
+    /// Always true (a failure is an error report).
+    pub registered: bool,
+    /// The RDMA device.
+    pub device: &'a str,
+    /// The memory registered.
+    pub memory: &'a str,
+    /// `ibv_reg_mr` or `ibv_reg_dmabuf_mr`.
+    pub verb: &'static str,
+    /// The MR.
+    pub mr: MrInfo,
+}
+
 fn info(json: bool) -> p2pbuf::Result<()> {
     let names = p2pbuf_rdma::device_names()?;
-    let mut devs = vec![];
+    let mut devices = vec![];
     for n in &names {
         let ctx = Context::open(Some(n))?;
-        devs.push(json!({ "name": n, "attr": ctx.query()? }));
+        devices.push(DeviceReport {
+            name: n.clone(),
+            attr: ctx.query()?,
+        });
     }
     if json {
-        println!(
-            "{}",
-            json!({ "devices": devs, "bindings": p2pbuf_rdma::ffi::BINDINGS })
-        );
+        print_json(&InfoReport {
+            devices,
+            bindings: p2pbuf_rdma::ffi::BINDINGS,
+        });
     } else {
-        for d in &devs {
-            let a = &d["attr"];
+        for d in &devices {
+            let a = &d.attr;
             println!(
                 "{}: node_guid {} fw {} vendor {:#x}, {} port(s), max_mr_size {}, max_qp {}, max_qp_wr {}",
-                d["name"].as_str().unwrap_or("?"),
-                a["node_guid"].as_str().unwrap_or("?"),
-                a["fw_ver"].as_str().unwrap_or("?"),
-                a["vendor_id"].as_u64().unwrap_or(0),
-                a["phys_port_cnt"],
-                a["max_mr_size"],
-                a["max_qp"],
-                a["max_qp_wr"]
+                d.name,
+                a.node_guid,
+                a.fw_ver,
+                a.vendor_id,
+                a.phys_port_cnt,
+                a.max_mr_size,
+                a.max_qp,
+                a.max_qp_wr
             );
         }
         println!("bindings: {}", p2pbuf_rdma::ffi::BINDINGS);
@@ -470,15 +155,18 @@ fn reg(a: RegArgs, json: bool) -> p2pbuf::Result<()> {
     if let Some(n) = a.revoke_race {
         return revoke_race(&a, n, json);
     }
-    let mem = get_memory(&a.buf, a.wait)?;
+    let mem = memory::get_memory(&a.buf, a.wait)?;
     let (ctx, pd) = open_device(a.buf.device.as_deref())?;
-    let r = register(&pd, mem, &a.buf)?;
+    let r = memory::register(&pd, mem, &a.buf)?;
     let m = r.info();
     if json {
-        println!(
-            "{}",
-            json!({ "registered": true, "device": ctx.name(), "memory": r.desc, "verb": r.verb(), "mr": m })
-        );
+        print_json(&RegReport {
+            registered: true,
+            device: ctx.name(),
+            memory: &r.desc,
+            verb: r.verb(),
+            mr: m,
+        });
     } else {
         println!("registered {} on {} with {}", r.desc, ctx.name(), r.verb());
         println!("  mr: {}", mr_line(&m));
@@ -486,32 +174,53 @@ fn reg(a: RegArgs, json: bool) -> p2pbuf::Result<()> {
     Ok(())
 }
 
+/// `p2pbuf --json rdma reg --revoke-race N`.
+#[derive(Serialize)]
+pub struct RevokeRaceReport<'a> {
+    /// The RDMA device.
+    pub device: &'a str,
+    /// Registrations attempted.
+    pub attempts: u32,
+    /// The revokes landed within this many microseconds of a registration's start.
+    pub spread_us: u64,
+    /// How the attempts ended, with their counts.
+    pub outcomes: &'a std::collections::BTreeMap<String, u32>,
+}
+
 /// `reg --revoke-race N`: registrations racing a revoke of their buffer. The kernel must
 /// answer each with a registered MR (revoked later) or a documented errno, and say nothing
 /// on the console (xtask's scan): no WARN from a revoke that lands inside the registration.
 fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
     use std::collections::BTreeMap;
-    use std::time::Instant;
+    use std::os::fd::AsFd;
+    use std::time::{Duration, Instant};
 
-    if BufSpec::parse(&a.buf.buf)? != BufSpec::P2pbuf {
-        return Err(Error::Protocol {
+    if !memory::is_p2pbuf(&a.buf)? {
+        return Err(p2pbuf::Error::Protocol {
             what: "--revoke-race".into(),
             detail: "needs --buf p2pbuf (a buffer the exporter can revoke)".into(),
         });
     }
-    let size = need_size(&a.buf)? as u64;
+    let size = a.buf.size.ok_or_else(|| p2pbuf::Error::Protocol {
+        what: "--revoke-race".into(),
+        detail: "needs --size".into(),
+    })?;
     let (ctx, pd) = open_device(a.buf.device.as_deref())?;
     let ex = p2pbuf::exporter::Exporter::open()?;
-    let reg = |buf: &DmaBuf| pd.reg_dmabuf_mr(0, size as usize, 0, buf.as_fd(), a.buf.access);
+    let reg = |buf: &p2pbuf::DmaBuf| pd.reg_dmabuf_mr(0, size, 0, buf.as_fd(), a.buf.access);
 
     // How long a registration takes here (the fastest of 5, deregistration not counted): the
     // revokes are spread over that, so that they land inside registrations.
     let mut span = u64::MAX;
     for _ in 0..5 {
-        let al = p2pbuf::exporter::alloc(size)?;
+        let al = p2pbuf::exporter::alloc(size as u64)?;
         let t0 = Instant::now();
         let mr = reg(&al.buf)?;
-        span = span.min((t0.elapsed().as_micros() as u64).max(1));
+        span = span.min(
+            u64::try_from(t0.elapsed().as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
         mr.dereg()?;
     }
     let mut seed = std::time::SystemTime::now()
@@ -525,7 +234,7 @@ fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = Duration::from_micros(seed % span);
-        let al = p2pbuf::exporter::alloc(size)?;
+        let al = p2pbuf::exporter::alloc(size as u64)?;
         let buf = &al.buf;
         let (r, rv) = std::thread::scope(|s| {
             let h = s.spawn(|| {
@@ -549,9 +258,7 @@ fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
             Err(e) => match e.errno() {
                 // ENODEV: the exporter refused the attachment or the mapping; EINVAL: the
                 // umem was invalidated between attach and map.
-                Some(c @ (19 | 22)) => {
-                    format!("refused: {}", p2pbuf::error::errno_text(c))
-                }
+                Some(c @ (19 | 22)) => format!("refused: {}", p2pbuf::error::errno_text(c)),
                 _ => {
                     unexpected.get_or_insert_with(|| e.to_string());
                     format!("unexpected: {e}")
@@ -561,15 +268,17 @@ fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
         *outcomes.entry(key).or_default() += 1;
     }
     if json {
-        println!(
-            "{}",
-            json!({ "device": ctx.name(), "attempts": n, "spread_us": span, "outcomes": outcomes })
-        );
+        print_json(&RevokeRaceReport {
+            device: ctx.name(),
+            attempts: n,
+            spread_us: span,
+            outcomes: &outcomes,
+        });
     } else {
         println!(
             "revoke race on {}: {n} registrations of {} of p2pbuf device memory, each revoked within {span} us of its start",
             ctx.name(),
-            human_size(size)
+            human_size(size as u64)
         );
         for (k, v) in &outcomes {
             println!("  {v:5}  {k}");
@@ -577,328 +286,9 @@ fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
     }
     match unexpected {
         None => Ok(()),
-        Some(e) => Err(Error::Protocol {
+        Some(e) => Err(p2pbuf::Error::Protocol {
             what: "revoke race".into(),
             detail: format!("a registration failed with an undocumented error: {e}"),
         }),
-    }
-}
-
-#[derive(Serialize)]
-struct ClientOutcome {
-    peer: Option<String>,
-    ok: bool,
-    error: Option<String>,
-    errno: Option<i32>,
-    served: Option<session::Served>,
-}
-
-fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
-    let mem = get_memory(&a.buf, 600)?;
-    let bind = SocketAddr::new(a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), a.port);
-    let listener = Listener::bind(bind)?;
-    let (ctx, pd) = match (listener.context(), &a.buf.device) {
-        (Some(c), None) => {
-            let c = c?;
-            let pd = Pd::new(&c)?;
-            (c, pd)
-        }
-        (_, d) => open_device(d.as_deref())?,
-    };
-    let r = register(&pd, mem, &a.buf)?;
-    let m = r.info();
-    if json {
-        println!(
-            "{}",
-            json!({ "event": "registered", "device": ctx.name(), "memory": r.desc, "verb": r.verb(), "mr": m, "listen": bind.to_string() })
-        );
-    } else {
-        println!(
-            "rdma serve: {} registered on {} with {}",
-            r.desc,
-            ctx.name(),
-            r.verb()
-        );
-        println!("  mr:     {}", mr_line(&m));
-        println!(
-            "  listening on {bind} (rdma_cm, RC); {}",
-            if a.clients == 0 {
-                "serving clients until killed".to_string()
-            } else {
-                format!("{} client(s) to serve", a.clients)
-            }
-        );
-    }
-    let timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
-    let (mut good, mut bad) = (0u32, 0u32);
-    let mut n = 0;
-    while a.clients == 0 || n < a.clients {
-        n += 1;
-        let out = match session::serve_one(&listener, &pd, &m, &r.name, &r, timeout) {
-            Ok(s) => {
-                let ok = s.reply.in_range
-                    && s.reply.first_mismatch.is_none()
-                    && s.reply.checksum == s.request.checksum;
-                ClientOutcome {
-                    peer: s.peer.clone(),
-                    ok,
-                    error: None,
-                    errno: None,
-                    served: Some(s),
-                }
-            }
-            Err(e) => {
-                // No client in time ends the loop; other failures are the client's.
-                let timed_out = e.errno() == Some(p2pbuf_rdma::verbs::errnos::ETIMEDOUT)
-                    && e.to_string().contains("waiting for a client");
-                let o = ClientOutcome {
-                    peer: None,
-                    ok: false,
-                    error: Some(e.to_string()),
-                    errno: e.errno(),
-                    served: None,
-                };
-                if timed_out {
-                    if !json {
-                        println!("client {n}: {e}");
-                    }
-                    bad += 1;
-                    break;
-                }
-                o
-            }
-        };
-        if out.ok {
-            good += 1;
-        } else {
-            bad += 1;
-        }
-        if json {
-            println!("{}", json!({ "event": "client", "n": n, "outcome": out }));
-        } else {
-            println!("{}", client_line(n, &out));
-        }
-    }
-    // The region may be gone (the exporter revoked it): say so, and still deregister.
-    let mut sum = 0;
-    let unreadable = r
-        .with_bytes(0, m.len, &mut |b| sum = session::checksum(b))
-        .err()
-        .map(|e| e.to_string());
-    let region = match &unreadable {
-        None => format!("checksum of the whole region {sum:#018x}"),
-        Some(e) => format!("the region cannot be read any more: {e}"),
-    };
-    if json {
-        println!(
-            "{}",
-            json!({ "event": "done", "verified": good, "failed": bad, "region_checksum": unreadable.is_none().then(|| format!("{sum:#018x}")), "region_error": unreadable })
-        );
-    } else {
-        println!("done: {good} client(s) verified, {bad} failed; {region}");
-    }
-    // Deregister here rather than on drop, so that a failure (e.g. after a revoke) shows.
-    let verb = r.verb();
-    r.dereg()?;
-    if json {
-        println!("{}", json!({ "event": "deregistered", "verb": verb }));
-    } else {
-        println!("deregistered the MR (ibv_dereg_mr) and closed the buffer");
-    }
-    if bad > 0 || unreadable.is_some() {
-        return Err(Error::Protocol {
-            what: "rdma serve".into(),
-            detail: format!("{bad} client(s) failed"),
-        });
-    }
-    Ok(())
-}
-
-fn client_line(n: u32, o: &ClientOutcome) -> String {
-    match &o.served {
-        Some(s) => {
-            let q = &s.request;
-            let verdict = if !s.reply.in_range {
-                "range past the end of the region".to_string()
-            } else if let Some(at) = s.reply.first_mismatch {
-                format!("MISMATCH at offset {}", q.offset + at)
-            } else if s.reply.checksum != q.checksum {
-                format!("checksum differs (client {:#018x})", q.checksum)
-            } else if q.seed.is_some() {
-                "verified (pattern)".into()
-            } else {
-                "checksums agree".into()
-            };
-            format!(
-                "client {n} ({}): {} of {} at offset {}{}: {verdict}, checksum {:#018x}",
-                s.peer.as_deref().unwrap_or("?"),
-                if q.op == Op::Write {
-                    "RDMA WRITE"
-                } else {
-                    "RDMA READ"
-                },
-                human_size(q.len),
-                q.offset,
-                q.seed.map_or(String::new(), |s| format!(" (seed {s})")),
-                s.reply.checksum
-            )
-        }
-        None => format!("client {n}: failed: {}", o.error.as_deref().unwrap_or("?")),
-    }
-}
-
-fn resolve(server: &str) -> p2pbuf::Result<SocketAddr> {
-    let with_port = if server.parse::<IpAddr>().is_ok() || !server.contains(':') {
-        format!("{server}:{DEFAULT_PORT}")
-    } else {
-        server.to_string()
-    };
-    with_port
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| Error::Protocol {
-            what: format!("--server {server}"),
-            detail: "not an ADDR:PORT this machine can resolve".into(),
-        })
-}
-
-/// `--repeat`'s progress lines: after operation 1, 2, 4, 8, ... (stdout is line-buffered, so
-/// a script sees them as they come).
-fn progress(n: u64) {
-    if n.is_power_of_two() {
-        println!("completed {n}");
-    }
-}
-
-fn client(a: ClientArgs, op: Op, json: bool) -> p2pbuf::Result<()> {
-    let server = resolve(&a.server)?;
-    if op == Op::Write && a.pattern.is_none() {
-        return Err(Error::Protocol {
-            what: "rdma write".into(),
-            detail: "--pattern SEED is needed (what to write)".into(),
-        });
-    }
-    let rep = session::client(&session::ClientOpts {
-        server,
-        op,
-        offset: a.offset as u64,
-        len: a.size as u64,
-        seed: a.pattern,
-        lab: a.lab_pattern,
-        repeat: a.repeat,
-        depth: a.depth,
-        progress: (a.repeat > 1).then_some(progress as fn(u64)),
-        check_bounds: !a.unchecked,
-        timeout: Duration::from_secs(a.timeout),
-    })?;
-    let ok = rep.ok();
-    if json {
-        println!("{}", json!({ "ok": ok, "report": rep }));
-    } else {
-        let h = &rep.hello;
-        println!(
-            "server {}: {} region ({}), addr {:#x} len {} rkey {:#x}",
-            rep.server,
-            h.memory,
-            if h.dmabuf { "dma-buf MR" } else { "host MR" },
-            h.addr,
-            human_size(h.len),
-            h.rkey
-        );
-        println!(
-            "RDMA {} of {} at offset {}{}{}: {:.3} s, {:.1} MiB/s",
-            if op == Op::Write { "WRITE" } else { "READ" },
-            human_size(rep.request.len),
-            rep.request.offset,
-            rep.request.seed.map_or(String::new(), |s| format!(
-                " ({}pattern seed {s})",
-                if rep.request.lab { "lab " } else { "" }
-            )),
-            if rep.repeat > 1 {
-                format!(", {} times", rep.repeat)
-            } else {
-                String::new()
-            },
-            rep.seconds,
-            rep.mib_per_s
-        );
-        println!(
-            "checksum: here {:#018x}, server {:#018x}{}",
-            rep.request.checksum,
-            rep.reply.checksum,
-            if rep.reply.checksum == rep.request.checksum {
-                " (equal)"
-            } else {
-                " (DIFFERENT)"
-            }
-        );
-        if let Some(at) = rep.local_mismatch {
-            println!(
-                "read data is not the pattern from offset {}",
-                rep.request.offset + at
-            );
-        }
-        match rep.reply.first_mismatch {
-            Some(at) => println!(
-                "server: not the pattern from offset {}",
-                rep.request.offset + at
-            ),
-            None if rep.request.seed.is_some() && rep.reply.in_range => {
-                println!("server: verified the pattern through its CPU mapping")
-            }
-            _ => {}
-        }
-        println!("{}", if ok { "OK" } else { "FAILED" });
-    }
-    if !ok {
-        return Err(Error::Protocol {
-            what: format!("rdma {}", if op == Op::Write { "write" } else { "read" }),
-            detail: "verification failed".into(),
-        });
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(v: &[&str]) -> Result<BufSpec, Error> {
-        BufSpec::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn buf_specs() {
-        assert_eq!(spec(&["host"]).unwrap(), BufSpec::Host);
-        assert_eq!(spec(&["udmabuf"]).unwrap(), BufSpec::Udmabuf);
-        assert_eq!(spec(&["heap"]).unwrap(), BufSpec::Heap);
-        assert_eq!(spec(&["p2pbuf"]).unwrap(), BufSpec::P2pbuf);
-        assert_eq!(
-            spec(&["fd-from", "/tmp/s"]).unwrap(),
-            BufSpec::FdFrom("/tmp/s".into())
-        );
-        assert_eq!(
-            spec(&["fd-from:/tmp/s"]).unwrap(),
-            BufSpec::FdFrom("/tmp/s".into())
-        );
-        assert_eq!(
-            spec(&["file", "/tmp/f"]).unwrap(),
-            BufSpec::File("/tmp/f".into())
-        );
-        assert!(spec(&["fd-from"]).is_err());
-        assert!(spec(&["host", "/x"]).is_err());
-        assert!(spec(&["gpu"]).is_err());
-    }
-
-    #[test]
-    fn servers() {
-        assert_eq!(resolve("10.0.2.15:7000").unwrap().port(), 7000);
-        assert_eq!(resolve("10.0.2.15").unwrap().port(), DEFAULT_PORT);
-        assert_eq!(
-            resolve("127.0.0.1").unwrap().ip(),
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        );
-        assert!(resolve("not an address:x").is_err());
     }
 }

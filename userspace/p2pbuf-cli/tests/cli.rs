@@ -245,7 +245,15 @@ fn alloc_surface_reaches_the_exporter() {
     if std::path::Path::new("/dev/udmabuf").exists() {
         return;
     }
-    let o = p2pbuf(&["alloc", "--surface", "1920x1080", "--format", "NV12"]);
+    let o = p2pbuf(&[
+        "alloc",
+        "--kind",
+        "udmabuf",
+        "--surface",
+        "1920x1080",
+        "--format",
+        "NV12",
+    ]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     assert!(stderr(&o).contains("/dev/udmabuf"), "{}", stderr(&o));
 }

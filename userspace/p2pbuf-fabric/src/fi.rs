@@ -484,28 +484,11 @@ impl Eq<'_> {
             let mut e = ffi::fi_eq_err_entry::default();
             // SAFETY: valid EQ and entry.
             unsafe { ffi::fi_eq_readerr(self.p, &mut e, 0) };
-            let mut text = [0 as std::os::raw::c_char; 128];
-            // SAFETY: the provider writes at most len bytes and returns a C string.
-            let msg = unsafe {
-                let s = ffi::fi_eq_strerror(
-                    self.p,
-                    e.prov_errno,
-                    e.err_data,
-                    text.as_mut_ptr(),
-                    text.len(),
-                );
-                if s.is_null() {
-                    String::new()
-                } else {
-                    CStr::from_ptr(s).to_string_lossy().into_owned()
-                }
-            };
-            return Err(Error::Completion {
-                what: what.into(),
-                errno: e.err,
-                prov_errno: e.prov_errno,
-                msg: format!("{} ({msg})", strerror(e.err)),
-            });
+            return Err(error_entry(what, e.err, e.prov_errno, |buf, len| {
+                // SAFETY: valid EQ; the provider writes at most len bytes and returns a C
+                // string.
+                unsafe { ffi::fi_eq_strerror(self.p, e.prov_errno, e.err_data, buf, len) }
+            }));
         }
         let n = check(|| format!("fi_eq_sread ({what})"), r)?;
         // SAFETY: the provider wrote a CM entry followed by n - HDR bytes of data.
@@ -530,6 +513,30 @@ impl Eq<'_> {
             )));
         }
         Ok(e)
+    }
+}
+
+/// The error of an event or completion of `what` read with `fi_eq_readerr`/`fi_cq_readerr`:
+/// its errno and the provider's text (`fi_eq_strerror`/`fi_cq_strerror`, given a buffer).
+fn error_entry(
+    what: &str,
+    err: i32,
+    prov_errno: i32,
+    provider_text: impl FnOnce(*mut std::os::raw::c_char, usize) -> *const std::os::raw::c_char,
+) -> Error {
+    let mut text = [0 as std::os::raw::c_char; 128];
+    let s = provider_text(text.as_mut_ptr(), text.len());
+    let msg = if s.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated string, in `text` or the provider's own.
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    };
+    Error::Completion {
+        what: what.into(),
+        errno: err,
+        prov_errno,
+        msg: format!("{} ({msg})", strerror(err)),
     }
 }
 
@@ -575,28 +582,10 @@ impl Cq<'_> {
                 let mut e = ffi::fi_cq_err_entry::default();
                 // SAFETY: valid CQ and entry.
                 unsafe { ffi::fi_cq_readerr(self.p, &mut e, 0) };
-                let mut text = [0 as std::os::raw::c_char; 128];
-                // SAFETY: as in Eq::wait.
-                let msg = unsafe {
-                    let s = ffi::fi_cq_strerror(
-                        self.p,
-                        e.prov_errno,
-                        e.err_data,
-                        text.as_mut_ptr(),
-                        text.len(),
-                    );
-                    if s.is_null() {
-                        String::new()
-                    } else {
-                        CStr::from_ptr(s).to_string_lossy().into_owned()
-                    }
-                };
-                return Err(Error::Completion {
-                    what: what.into(),
-                    errno: e.err,
-                    prov_errno: e.prov_errno,
-                    msg: format!("{} ({msg})", strerror(e.err)),
-                });
+                return Err(error_entry(what, e.err, e.prov_errno, |buf, len| {
+                    // SAFETY: valid CQ; as in Eq::wait.
+                    unsafe { ffi::fi_cq_strerror(self.p, e.prov_errno, e.err_data, buf, len) }
+                }));
             }
             if r != -(ffi::FI_EAGAIN as isize) {
                 check(|| format!("fi_cq_read ({what})"), r)?;

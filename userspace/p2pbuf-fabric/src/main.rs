@@ -12,6 +12,8 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
+use p2pbuf::units::parse_bytes as parse_size;
+
 #[derive(Parser)]
 #[command(about = "libfabric RMA on p2pbuf device memory (fi_mr_regattr with FI_MR_DMABUF)")]
 struct Cli {
@@ -94,21 +96,6 @@ struct ClientArgs {
     /// Seconds to wait for the connection and each completion.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
-}
-
-/// "4096", "4k", "5M", "1G".
-fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let (num, shift) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
-        Some(b'M') => (&s[..s.len() - 1], 20),
-        Some(b'G') => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (bytes, or with k, M, G)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s} does not fit in 64 bits"))
 }
 
 fn main() -> ExitCode {
@@ -249,19 +236,4 @@ fn client(op: p2pbuf_fabric::proto::Op, a: ClientArgs) -> Result<bool> {
     }
     println!("{}", if r.ok() { "OK" } else { "FAILED" });
     Ok(r.ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("4k"), Ok(4096));
-        assert_eq!(parse_size("5M"), Ok(5 << 20));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert!(parse_size("1x").is_err());
-        assert!(parse_size("99999999999G").unwrap_err().contains("64 bits"));
-    }
 }

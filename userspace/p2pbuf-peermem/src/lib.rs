@@ -173,7 +173,7 @@ impl fmt::Display for Call {
         if self.api != Api::RegMr {
             write!(f, ", iova {:#x}", self.iova)?;
         }
-        write!(f, ", access {})", Access(self.access))
+        write!(f, ", access {})", Access::from_bits_retain(self.access))
     }
 }
 
@@ -445,7 +445,7 @@ unsafe fn register_device(c: &Call, src: Source) -> *mut ibv_mr {
         c.len,
         c.iova,
         got.fd,
-        Access(access)
+        Access::from_bits_retain(access)
     );
     let mr = {
         let _g = RealGuard::enter();

@@ -4,15 +4,9 @@
 //! binary built with this crate starts on a machine without rdma-core and reports that
 //! instead.
 
-#![allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
-    dead_code,
-    missing_docs,
-    clippy::all,
-    unsafe_op_in_unsafe_fn
-)]
+// Generated code: its names, its unused items, its unsafe fns.
+#![allow(nonstandard_style, dead_code, missing_docs)]
+#![allow(unsafe_op_in_unsafe_fn, clippy::all)]
 
 use std::sync::OnceLock;
 

@@ -2,8 +2,10 @@
 //!
 //! - [`verbs`]: [`Context`], [`Pd`], memory regions of host memory ([`Pd::reg_mr`]) and of
 //!   dma-bufs ([`Pd::reg_dmabuf_mr`], `ibv_reg_dmabuf_mr`), [`Cq`]; all freed on drop.
-//! - [`cm`]: rdma_cm connection setup (a [`Listener`] on a port, [`cm::connect`]), an RC QP,
+//! - [`cm`]: rdma_cm connection set-up (a [`Listener`] on a port, [`cm::connect`]); its
+//!   [`Connection`] (the data path, `cm/connection.rs`): an RC QP,
 //!   RDMA WRITE and READ, and small messages.
+//! - [`wc`]: work-completion status ([`WcStatus`]).
 //! - [`session`]: the conversation of `p2pbuf rdma serve` / `write` / `read`: the server hands
 //!   out (address, rkey, length) in the CM private data, the client writes or reads, and the
 //!   server checks the bytes through its CPU mapping.
@@ -22,6 +24,8 @@ pub mod cm;
 pub mod ffi;
 pub mod session;
 pub mod verbs;
+pub mod wc;
 
 pub use cm::{Connection, Listener, Op};
 pub use verbs::{device_names, Access, Context, Cq, HostBuf, HostMr, Mr, MrInfo, MrKind, Pd};
+pub use wc::WcStatus;

@@ -95,7 +95,7 @@ impl Hello {
             addr: mr.addr,
             len: mr.len,
             rkey: mr.rkey,
-            access: mr.access.0,
+            access: mr.access.bits(),
             dmabuf: matches!(mr.kind, MrKind::DmaBuf { .. }),
             memory: memory.chars().take(NAME_LEN - 1).collect(),
         }

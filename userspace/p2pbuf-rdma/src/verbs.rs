@@ -11,6 +11,9 @@ use p2pbuf::{Error, Result};
 use serde::Serialize;
 
 use crate::ffi::{self, errno, ibv_access_flags as acc, libs, Libs};
+use crate::wc::WcStatus;
+
+pub use p2pbuf::memory::HostBuf;
 
 /// `ENODEV`, `EOPNOTSUPP`, ... as plain numbers (the values of x86-64 Linux).
 pub mod errnos {
@@ -39,42 +42,33 @@ use errnos::*;
 pub const NO_DEVICE_CHECK: &str =
     "no RDMA device: run `rdma link add rxe0 type rxe netdev eth0` (soft-RoCE), or load the NIC's RDMA driver";
 
-/// Memory region access flags (`IBV_ACCESS_*`).
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
-pub struct Access(pub u32);
+bitflags::bitflags! {
+    /// Memory region access flags (`IBV_ACCESS_*`). Bits without a name here (e.g.
+    /// `IBV_ACCESS_ON_DEMAND`, 0x40) are kept as they are, to pass through to the provider.
+    #[derive(Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Access: u32 {
+        /// `IBV_ACCESS_LOCAL_WRITE`: the HCA may write it (receive, RDMA READ target).
+        const LOCAL_WRITE = acc::IBV_ACCESS_LOCAL_WRITE;
+        /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA WRITE into it (needs LOCAL_WRITE).
+        const REMOTE_WRITE = acc::IBV_ACCESS_REMOTE_WRITE;
+        /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA READ from it.
+        const REMOTE_READ = acc::IBV_ACCESS_REMOTE_READ;
+        /// `IBV_ACCESS_REMOTE_ATOMIC` (needs LOCAL_WRITE).
+        const REMOTE_ATOMIC = acc::IBV_ACCESS_REMOTE_ATOMIC;
+        /// What a buffer that peers write and read needs.
+        const REMOTE_RW = Self::LOCAL_WRITE.bits() | Self::REMOTE_WRITE.bits() | Self::REMOTE_READ.bits();
+        // Any other bit is the provider's to judge.
+        const _ = !0;
+    }
+}
 
 impl Access {
-    /// `IBV_ACCESS_LOCAL_WRITE`: the HCA may write it (receive, RDMA READ target).
-    pub const LOCAL_WRITE: Access = Access(acc::IBV_ACCESS_LOCAL_WRITE);
-    /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA WRITE into it (needs LOCAL_WRITE).
-    pub const REMOTE_WRITE: Access = Access(acc::IBV_ACCESS_REMOTE_WRITE);
-    /// `IBV_ACCESS_REMOTE_READ`: peers may RDMA READ from it.
-    pub const REMOTE_READ: Access = Access(acc::IBV_ACCESS_REMOTE_READ);
-    /// `IBV_ACCESS_REMOTE_ATOMIC` (needs LOCAL_WRITE).
-    pub const REMOTE_ATOMIC: Access = Access(acc::IBV_ACCESS_REMOTE_ATOMIC);
-    /// What a buffer that peers write and read needs.
-    pub const REMOTE_RW: Access = Access(
-        acc::IBV_ACCESS_LOCAL_WRITE | acc::IBV_ACCESS_REMOTE_WRITE | acc::IBV_ACCESS_REMOTE_READ,
-    );
-
     const NAMES: [(&'static str, &'static str, Access); 4] = [
         ("lw", "LOCAL_WRITE", Access::LOCAL_WRITE),
         ("rw", "REMOTE_WRITE", Access::REMOTE_WRITE),
         ("rr", "REMOTE_READ", Access::REMOTE_READ),
         ("ra", "REMOTE_ATOMIC", Access::REMOTE_ATOMIC),
     ];
-
-    /// Whether every bit of `other` is set.
-    pub fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl std::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, o: Access) -> Access {
-        Access(self.0 | o.0)
-    }
 }
 
 impl fmt::Debug for Access {
@@ -90,9 +84,9 @@ impl fmt::Display for Access {
             .filter(|(_, _, a)| self.contains(*a))
             .map(|(_, n, _)| n.to_string())
             .collect();
-        let known = Access::NAMES.iter().fold(0, |m, (_, _, a)| m | a.0);
-        if self.0 & !known != 0 {
-            parts.push(format!("{:#x}", self.0 & !known));
+        let known = Access::NAMES.iter().fold(0, |m, (_, _, a)| m | a.bits());
+        if self.bits() & !known != 0 {
+            parts.push(format!("{:#x}", self.bits() & !known));
         }
         if parts.is_empty() {
             parts.push("none".into());
@@ -111,7 +105,7 @@ impl std::str::FromStr for Access {
     type Err = String;
     /// `lw,rw,rr` (or the long names, or `none`, or a number).
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let mut a = Access(0);
+        let mut a = Access::empty();
         for w in s.split([',', '|']).map(str::trim).filter(|w| !w.is_empty()) {
             if w.eq_ignore_ascii_case("none") {
                 continue;
@@ -121,13 +115,13 @@ impl std::str::FromStr for Access {
                     || w.eq_ignore_ascii_case(long)
                     || w.eq_ignore_ascii_case(&format!("IBV_ACCESS_{long}"))
             }) {
-                a = a | *x;
+                a |= *x;
             } else if let Some(n) = w
                 .strip_prefix("0x")
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
                 .or_else(|| w.parse().ok())
             {
-                a = a | Access(n);
+                a |= Access::from_bits_retain(n);
             } else {
                 return Err(format!(
                     "unknown access flag {w:?} (lw, rw, rr, ra, none, or a number)"
@@ -427,9 +421,9 @@ impl Pd {
         let mr = unsafe {
             self.context().libs().v.ibv_reg_mr(
                 self.as_ptr(),
-                buf.ptr.as_ptr().cast(),
-                buf.len,
-                access.0 as i32,
+                buf.as_ptr().cast(),
+                buf.len(),
+                access.bits() as i32,
             )
         };
         let mr = NonNull::new(mr).ok_or_else(|| {
@@ -437,7 +431,7 @@ impl Pd {
             os_error(
                 format!(
                     "ibv_reg_mr({} bytes of host memory, access {access}) on {}",
-                    buf.len,
+                    buf.len(),
                     self.context().name()
                 ),
                 e,
@@ -478,7 +472,7 @@ impl Pd {
                 len,
                 iova,
                 raw,
-                access.0 as i32,
+                access.bits() as i32,
             )
         };
         let mr = NonNull::new(mr).ok_or_else(|| {
@@ -606,80 +600,6 @@ impl Drop for Mr {
     }
 }
 
-/// Page-aligned anonymous host memory (mmap), unmapped on drop.
-pub struct HostBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl fmt::Debug for HostBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HostBuf({} bytes)", self.len)
-    }
-}
-
-impl HostBuf {
-    /// `len` zeroed bytes.
-    pub fn new(len: usize) -> Result<HostBuf> {
-        if len == 0 {
-            return Err(Error::Protocol {
-                what: "allocating host memory".into(),
-                detail: "size must be > 0".into(),
-            });
-        }
-        // SAFETY: a fresh private anonymous mapping aliases nothing.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }
-        .map_err(|e| os_error(format!("mmap({len} bytes)"), e.raw_os_error(), None))?;
-        Ok(HostBuf {
-            ptr: NonNull::new(p.cast()).expect("mmap returned NULL"),
-            len,
-        })
-    }
-
-    /// Length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never: zero-length buffers are refused.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The first byte, for the HCA and for copies that must not assume exclusive access.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// The bytes. Peers may change them through RDMA at any time while the buffer is
-    /// registered with remote write access: read them when the protocol says the peer is
-    /// done.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: a live mapping of `len` bytes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The bytes, writable (see [`as_slice`](Self::as_slice)).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: a live mapping of `len` bytes; `&mut self` is exclusive in this process.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for HostBuf {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
 /// Host memory and its registration (the registration is dropped first).
 pub struct HostMr {
     mr: Mr,
@@ -718,25 +638,6 @@ impl fmt::Debug for HostMr {
     }
 }
 
-/// Name of a work completion status (`ibv_wc_status_str`).
-pub fn wc_status_str(status: u32) -> String {
-    match libs() {
-        Ok(l) => {
-            // SAFETY: returns a static string for any value.
-            let p = unsafe { l.v.ibv_wc_status_str(status) };
-            if p.is_null() {
-                format!("status {status}")
-            } else {
-                // SAFETY: a NUL-terminated static string.
-                unsafe { std::ffi::CStr::from_ptr(p) }
-                    .to_string_lossy()
-                    .into_owned()
-            }
-        }
-        Err(_) => format!("status {status}"),
-    }
-}
-
 /// A completion queue (polled, no completion channel).
 pub struct Cq {
     ctx: Context,
@@ -748,8 +649,8 @@ pub struct Cq {
 pub struct Completion {
     /// The work request's id.
     pub wr_id: u64,
-    /// `IBV_WC_*` status (0: success).
-    pub status: u32,
+    /// Its status.
+    pub status: WcStatus,
     /// `IBV_WC_*` opcode.
     pub opcode: u32,
     /// Bytes received (receives).
@@ -809,7 +710,7 @@ impl Cq {
             .iter()
             .map(|w| Completion {
                 wr_id: w.wr_id,
-                status: w.status,
+                status: WcStatus(w.status),
                 opcode: w.opcode,
                 byte_len: w.byte_len,
                 vendor_err: w.vendor_err,
@@ -834,8 +735,8 @@ mod tests {
         let a: Access = "lw,rw,rr".parse().unwrap();
         assert_eq!(a, Access::REMOTE_RW);
         assert_eq!(a.to_string(), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ");
-        assert_eq!("none".parse::<Access>().unwrap(), Access(0));
-        assert_eq!(Access(0).to_string(), "none");
+        assert_eq!("none".parse::<Access>().unwrap(), Access::empty());
+        assert_eq!(Access::empty().to_string(), "none");
         assert_eq!(
             "IBV_ACCESS_REMOTE_READ".parse::<Access>().unwrap(),
             Access::REMOTE_READ
@@ -845,15 +746,15 @@ mod tests {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE
         );
         assert!("bogus".parse::<Access>().is_err());
-        assert_eq!(Access(1 << 30).to_string(), "0x40000000");
+        assert_eq!(Access::from_bits_retain(1 << 30).to_string(), "0x40000000");
     }
 
     #[test]
     fn access_values_are_the_headers() {
-        assert_eq!(Access::LOCAL_WRITE.0, 1);
-        assert_eq!(Access::REMOTE_WRITE.0, 2);
-        assert_eq!(Access::REMOTE_READ.0, 4);
-        assert_eq!(Access::REMOTE_ATOMIC.0, 8);
+        assert_eq!(Access::LOCAL_WRITE.bits(), 1);
+        assert_eq!(Access::REMOTE_WRITE.bits(), 2);
+        assert_eq!(Access::REMOTE_READ.bits(), 4);
+        assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
     }
 
     #[test]
@@ -863,15 +764,6 @@ mod tests {
             .contains("lacks dma-buf MR support"));
         assert!(dmabuf_mr_check(EINVAL).unwrap().contains("LOCAL_WRITE"));
         assert!(dmabuf_mr_check(1234).is_none());
-    }
-
-    #[test]
-    fn host_buf_is_zeroed_and_writable() {
-        let mut b = HostBuf::new(8192).unwrap();
-        assert!(b.as_slice().iter().all(|x| *x == 0));
-        b.as_mut_slice()[8191] = 1;
-        assert_eq!(b.as_slice()[8191], 1);
-        assert!(HostBuf::new(0).is_err());
     }
 
     /// On a machine with rdma-core and an RDMA device this registers host memory; without,

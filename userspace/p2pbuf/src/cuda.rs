@@ -353,6 +353,11 @@ impl CudaExport {
         &self.dmabuf
     }
 
+    /// The exported buffer, to name it ([`DmaBuf::set_name`]).
+    pub fn dmabuf_mut(&mut self) -> &mut DmaBuf {
+        &mut self.dmabuf
+    }
+
     /// The device the memory lives on.
     pub fn device(&self) -> &DeviceInfo {
         &self.info

@@ -13,10 +13,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
+use crate::device::{Device, Opened};
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -100,33 +101,14 @@ pub struct Allocation {
 /// An open `/dev/p2pbuf`.
 #[derive(Debug)]
 pub struct Exporter {
-    path: PathBuf,
-    #[cfg(p2pbuf_uapi)]
-    dev: std::fs::File,
-    #[cfg(not(p2pbuf_uapi))]
-    never: std::convert::Infallible,
+    dev: Opened,
 }
 
-fn open_error(path: &Path, e: std::io::Error) -> Error {
-    let what = format!("opening the p2pbuf exporter ({})", path.display());
-    match e.kind() {
-        std::io::ErrorKind::NotFound => Error::unavailable(
-            what,
-            format!("{} does not exist", path.display()),
-            Some(
-                "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)"
-                    .into(),
-            ),
-        ),
-        std::io::ErrorKind::PermissionDenied => Error::Io {
-            what,
-            path: path.to_path_buf(),
-            source: e,
-            check: Some("the device is root-only by default".into()),
-        },
-        _ => Error::io(what, path, e),
-    }
-}
+const EXPORTER: Device = Device {
+    name: "the p2pbuf exporter",
+    missing: "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)",
+    denied: "the device is root-only by default",
+};
 
 impl Exporter {
     /// Open [`DEVICE`].
@@ -134,41 +116,16 @@ impl Exporter {
         Self::open_at(DEVICE)
     }
 
-    /// Open the exporter's device at `path`.
-    #[cfg(p2pbuf_uapi)]
+    /// Open the device at `path`.
     pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let dev = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| open_error(path, e))?;
         Ok(Exporter {
-            path: path.to_path_buf(),
-            dev,
+            dev: EXPORTER.open(path.as_ref())?,
         })
-    }
-
-    /// Open the exporter's device at `path`.
-    #[cfg(not(p2pbuf_uapi))]
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        if let Err(e) = std::fs::metadata(path) {
-            return Err(open_error(path, e));
-        }
-        Err(Error::unavailable(
-            format!("opening the p2pbuf exporter ({})", path.display()),
-            format!(
-                "this p2pbuf library was built without the exporter's uAPI: {}",
-                env!("P2PBUF_NO_UAPI")
-            ),
-            Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
-        ))
     }
 
     /// The device path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.dev.path
     }
 }
 
@@ -188,7 +145,7 @@ mod imp {
         let check = if e == Errno::NOTTY {
             format!(
                 "{} does not answer this uAPI: is it the p2pbuf exporter, of the same version as this library?",
-                ex.path.display()
+                ex.path().display()
             )
         } else {
             check.to_string()
@@ -388,27 +345,27 @@ mod imp {
 impl Exporter {
     /// `P2PBUF_IOCTL_INFO`.
     pub fn info(&self) -> Result<ExporterInfo> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_PROVIDER_INFO` for provider `id`.
     pub fn provider(&self, _id: u32) -> Result<Provider> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// The bound provider with the smallest id of `id` or more.
     pub fn next_provider(&self, _id: u32) -> Result<Option<Provider>> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// Every provider.
     pub fn providers(&self) -> Result<Vec<Provider>> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_ALLOC`.
     pub fn alloc(&self, _provider: u32, _length: u64) -> Result<Allocation> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_ALLOC` with `P2PBUF_ALLOC_UNINITIALIZED` or not.
@@ -418,17 +375,17 @@ impl Exporter {
         _length: u64,
         _uninitialized: bool,
     ) -> Result<Allocation> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_REVOKE`.
     pub fn revoke(&self, _buf: &DmaBuf) -> Result<()> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_IOCTL_REFUSAL`.
     pub fn refusals(&self, _buf: &DmaBuf) -> Result<BufferRefusals> {
-        match self.never {}
+        match self.dev.never {}
     }
 }
 

@@ -11,6 +11,9 @@ use std::io::IoSlice;
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
@@ -246,6 +249,105 @@ pub fn recv_ack(sock: impl AsFd) -> Result<String> {
             "waiting for the receiver's ack",
             format!("unexpected answer {line:?}"),
         )),
+    }
+}
+
+/// Connect to a receiver's Unix socket, retrying for `wait` seconds while it does not exist
+/// yet or nobody listens on it.
+pub fn connect(socket: &Path, wait: u64) -> Result<UnixStream> {
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if Instant::now() < deadline
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => {
+                return Err(Error::Io {
+                    what: format!("connecting to the receiver (waited {wait} s)"),
+                    path: socket.to_path_buf(),
+                    source: e,
+                    check: Some("is `p2pbuf recv SOCKET` running?".into()),
+                })
+            }
+        }
+    }
+}
+
+/// Send `buf` to the receiver on `socket` (waiting `wait` seconds for it) and return its
+/// answer.
+pub fn send_to(socket: &Path, buf: &DmaBuf, wait: u64) -> Result<String> {
+    let s = connect(socket, wait)?;
+    send_dmabuf(&s, buf)?;
+    recv_ack(&s)
+}
+
+/// Listen on a Unix socket at `socket`. A socket file nobody listens on is left over from a
+/// previous run and is removed; anything else at the path is refused.
+pub fn listen(socket: &Path) -> Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(md) = std::fs::symlink_metadata(socket) {
+        let stale = md.file_type().is_socket() && UnixStream::connect(socket).is_err();
+        if !stale {
+            return Err(Error::Unavailable {
+                what: format!("listening on {}", socket.display()),
+                detail: "the path exists and is not a stale socket".into(),
+                check: Some("another `p2pbuf recv` on it, or choose another path".into()),
+            });
+        }
+        let _ = std::fs::remove_file(socket);
+    }
+    UnixListener::bind(socket).map_err(|e| Error::Io {
+        what: "listening on a Unix socket".into(),
+        path: socket.to_path_buf(),
+        source: e,
+        check: Some("does the directory exist and is it writable?".into()),
+    })
+}
+
+/// Listen on `socket`, wait up to `wait` seconds for one sender (`p2pbuf alloc --send`,
+/// `p2pbuf send`), receive its dma-buf and answer `ok <ack>`; the socket file is removed.
+pub fn receive_one(socket: &Path, wait: u64, ack: &str) -> Result<DmaBuf> {
+    let l = listen(socket)?;
+    l.set_nonblocking(true).ok();
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    let conn = loop {
+        match l.accept() {
+            Ok((c, _)) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(socket);
+                return Err(Error::Io {
+                    what: format!("waiting {wait} s for a dma-buf"),
+                    path: socket.to_path_buf(),
+                    source: e,
+                    check: Some(
+                        "start `p2pbuf alloc --kind udmabuf --size S --send SOCKET` (or `p2pbuf send SOCKET FD`)"
+                            .into(),
+                    ),
+                });
+            }
+        }
+    };
+    let _ = std::fs::remove_file(socket);
+    conn.set_nonblocking(false).ok();
+    match recv_dmabuf(&conn) {
+        Ok(got) => {
+            send_ack(&conn, true, ack)?;
+            Ok(got.buf)
+        }
+        Err(e) => {
+            let _ = send_ack(&conn, false, &e.to_string());
+            Err(e)
+        }
     }
 }
 

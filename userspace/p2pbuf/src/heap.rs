@@ -15,7 +15,10 @@ pub const SYSTEM_HEAP: &str = "/dev/dma_heap/system";
 /// Allocate at least `size` bytes (rounded up to the page size) from the system heap.
 pub fn alloc(size: u64) -> Result<DmaBuf> {
     if size == 0 {
-        return Err(Error::protocol("allocating from a dma-buf heap", "size must be > 0"));
+        return Err(Error::protocol(
+            "allocating from a dma-buf heap",
+            "size must be > 0",
+        ));
     }
     let page = rustix::param::page_size() as u64;
     let size = size.div_ceil(page) * page;
@@ -25,7 +28,11 @@ pub fn alloc(size: u64) -> Result<DmaBuf> {
         check: Some("a kernel with CONFIG_DMABUF_HEAPS_SYSTEM".into()),
         source: e,
     })?;
-    let fd = sys::dma_heap_alloc(heap.as_fd(), size)
-        .map_err(|e| Error::os(format!("DMA_HEAP_IOCTL_ALLOC({size} bytes) on {SYSTEM_HEAP}"), e))?;
+    let fd = sys::dma_heap_alloc(heap.as_fd(), size).map_err(|e| {
+        Error::os(
+            format!("DMA_HEAP_IOCTL_ALLOC({size} bytes) on {SYSTEM_HEAP}"),
+            e,
+        )
+    })?;
     DmaBuf::from_fd(fd)
 }

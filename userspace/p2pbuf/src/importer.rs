@@ -18,26 +18,29 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
+use crate::device::{Device, Opened};
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
 /// The importer's misc device.
 pub const DEVICE: &str = "/dev/p2pbuf-dma";
 
-/// How the engine reaches an imported buffer (`P2PBUF_DMA_MAP_*`).
+/// What the engine's DMA addresses for an imported buffer are (`P2PBUF_DMA_MAP_*`), as the
+/// importer sees its own mapping. The route to a peer's memory (switch or host bridge) is the
+/// exporter's decision (`P2PBUF_IOCTL_ATTACHMENT` for p2pbuf buffers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum MapType {
-    /// Device memory whose provider the importer could not identify.
+    /// Nothing mapped.
     Unknown,
     /// System memory, mapped with the DMA API.
     HostMemory,
-    /// Peer device memory at its PCI bus address (through a switch: peer-to-peer).
+    /// Device memory at its PCI bus address, not translated by an IOMMU (peer-to-peer).
     BusAddr,
-    /// Peer device memory through the host bridge.
+    /// Device memory at an IOVA of the engine's IOMMU (through the host bridge).
     ThruHostBridge,
     /// A value this library does not know (a newer module).
     Other(u32),
@@ -131,33 +134,14 @@ pub struct CopyDone {
 /// An open `/dev/p2pbuf-dma`. Handles belong to it and are released when it is dropped.
 #[derive(Debug)]
 pub struct Engine {
-    path: PathBuf,
-    #[cfg(p2pbuf_uapi)]
-    dev: std::fs::File,
-    #[cfg(not(p2pbuf_uapi))]
-    never: std::convert::Infallible,
+    dev: Opened,
 }
 
-fn open_error(path: &Path, e: std::io::Error) -> Error {
-    let what = format!("opening the DMA engine importer ({})", path.display());
-    match e.kind() {
-        std::io::ErrorKind::NotFound => Error::unavailable(
-            what,
-            format!("{} does not exist", path.display()),
-            Some(
-                "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)"
-                    .into(),
-            ),
-        ),
-        std::io::ErrorKind::PermissionDenied => Error::Io {
-            what,
-            path: path.to_path_buf(),
-            source: e,
-            check: Some("the device is root-only (mode 0600)".into()),
-        },
-        _ => Error::io(what, path, e),
-    }
-}
+const ENGINE: Device = Device {
+    name: "the DMA engine importer",
+    missing: "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)",
+    denied: "the device is root-only (mode 0600)",
+};
 
 impl Engine {
     /// Open [`DEVICE`].
@@ -165,41 +149,16 @@ impl Engine {
         Self::open_at(DEVICE)
     }
 
-    /// Open the importer's device at `path`.
-    #[cfg(p2pbuf_uapi)]
+    /// Open the device at `path`.
     pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let dev = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| open_error(path, e))?;
         Ok(Engine {
-            path: path.to_path_buf(),
-            dev,
+            dev: ENGINE.open(path.as_ref())?,
         })
-    }
-
-    /// Open the importer's device at `path`.
-    #[cfg(not(p2pbuf_uapi))]
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        if let Err(e) = std::fs::metadata(path) {
-            return Err(open_error(path, e));
-        }
-        Err(Error::unavailable(
-            format!("opening the DMA engine importer ({})", path.display()),
-            format!(
-                "this p2pbuf library was built without the uAPI header: {}",
-                env!("P2PBUF_NO_UAPI")
-            ),
-            Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
-        ))
     }
 
     /// The device path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.dev.path
     }
 }
 
@@ -220,7 +179,7 @@ mod imp {
         let check = if e == Errno::NOTTY {
             format!(
                 "{} does not answer this uAPI: is it the p2pbuf importer, of the same version as this library?",
-                eng.path.display()
+                eng.path().display()
             )
         } else if e == Errno::NODEV {
             "the engine's device was unbound, or the buffer was revoked by its exporter".into()
@@ -324,17 +283,17 @@ mod imp {
 impl Engine {
     /// `P2PBUF_DMA_IOCTL_IMPORT`.
     pub fn import(&self, _buf: &DmaBuf) -> Result<Import> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_DMA_IOCTL_RELEASE`.
     pub fn release(&self, _handle: u32) -> Result<()> {
-        match self.never {}
+        match self.dev.never {}
     }
 
     /// `P2PBUF_DMA_IOCTL_COPY`.
     pub fn copy(&self, _c: &Copy) -> Result<CopyDone> {
-        match self.never {}
+        match self.dev.never {}
     }
 }
 

@@ -21,6 +21,9 @@
 //!   RDMA WRITE/READ are in the `p2pbuf-rdma` crate.
 //! - [`surface`]: 2D surfaces (width, height, DRM fourcc and modifier, stride): layout,
 //!   validation, and a compact form stored as the dma-buf's name (`DMA_BUF_SET_NAME`).
+//! - [`memory`]: where a buffer's memory comes from ([`memory::Source`]: p2pbuf device
+//!   memory, udmabuf, host, CUDA, a received fd) and the one function that allocates it.
+//! - [`units`]: the size parser and printer of every p2pbuf tool.
 //! - `cuda` (feature `cuda`): CUDA device memory exported as a dma-buf.
 //!
 //! All `unsafe` code is in one private module (`sys`); errors ([`Error`])
@@ -35,11 +38,14 @@ pub mod fdinfo;
 pub mod fdpass;
 pub mod heap;
 pub mod importer;
+pub mod memory;
 pub mod nvme;
 pub mod rdma;
 pub mod surface;
 pub mod udmabuf;
+pub mod units;
 
+mod device;
 mod dmabuf;
 mod mapping;
 #[allow(unsafe_code)]

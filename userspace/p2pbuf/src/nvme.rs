@@ -157,59 +157,54 @@ impl Drive {
     /// `pread` all of `buf` from `offset` (repeated on short reads).
     pub fn read_into(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.range_check("reading", offset, buf.len())?;
-        let mut done = 0;
-        while done < buf.len() {
-            let n = rustix::io::pread(&self.fd, &mut buf[done..], offset + done as u64).map_err(
-                |e| {
-                    Error::os_check(
-                        format!(
-                            "O_DIRECT pread of {} bytes at offset {} of {} into {:p} ({} done)",
-                            buf.len() - done,
-                            offset + done as u64,
-                            self.path.display(),
-                            buf.as_ptr(),
-                            done
-                        ),
-                        e,
-                        check_for(e, false),
-                    )
-                },
-            )?;
-            if n == 0 {
-                break;
-            }
-            done += n;
-        }
-        Ok(done)
+        let (len, at) = (buf.len(), buf.as_ptr());
+        self.repeat(false, len, offset, at, |done| {
+            rustix::io::pread(&self.fd, &mut buf[done..], offset + done as u64)
+        })
     }
 
     /// `pwrite` all of `buf` at `offset` (repeated on short writes), then `fdatasync`.
     pub fn write_from(&self, buf: &[u8], offset: u64) -> Result<usize> {
         self.range_check("writing", offset, buf.len())?;
+        let done = self.repeat(true, buf.len(), offset, buf.as_ptr(), |done| {
+            rustix::io::pwrite(&self.fd, &buf[done..], offset + done as u64)
+        })?;
+        rustix::fs::fdatasync(&self.fd)
+            .map_err(|e| Error::os(format!("fdatasync of {}", self.path.display()), e))?;
+        Ok(done)
+    }
+
+    /// `io(done)` (a `pread` or `pwrite` of the rest) until `len` bytes at `offset` are done or
+    /// it returns 0; an error names the call, the range and the memory at `at`.
+    fn repeat(
+        &self,
+        write: bool,
+        len: usize,
+        offset: u64,
+        at: *const u8,
+        mut io: impl FnMut(usize) -> rustix::io::Result<usize>,
+    ) -> Result<usize> {
         let mut done = 0;
-        while done < buf.len() {
-            let n =
-                rustix::io::pwrite(&self.fd, &buf[done..], offset + done as u64).map_err(|e| {
-                    Error::os_check(
-                        format!(
-                            "O_DIRECT pwrite of {} bytes at offset {} of {} from {:p} ({} done)",
-                            buf.len() - done,
-                            offset + done as u64,
-                            self.path.display(),
-                            buf.as_ptr(),
-                            done
-                        ),
-                        e,
-                        check_for(e, true),
-                    )
-                })?;
+        while done < len {
+            let n = io(done).map_err(|e| {
+                Error::os_check(
+                    format!(
+                        "O_DIRECT {} of {} bytes at offset {} of {} {} {at:p} ({done} done)",
+                        if write { "pwrite" } else { "pread" },
+                        len - done,
+                        offset + done as u64,
+                        self.path.display(),
+                        if write { "from" } else { "into" },
+                    ),
+                    e,
+                    check_for(e, write),
+                )
+            })?;
             if n == 0 {
                 break;
             }
             done += n;
         }
-        rustix::fs::fdatasync(&self.fd)
-            .map_err(|e| Error::os(format!("fdatasync of {}", self.path.display()), e))?;
         Ok(done)
     }
 }

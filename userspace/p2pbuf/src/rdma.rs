@@ -3,14 +3,12 @@
 //! This module finds the RDMA devices the kernel knows
 //! (`/sys/class/infiniband`). Registration itself (`ibv_reg_dmabuf_mr`),
 //! rdma_cm and RDMA WRITE/READ are in the `p2pbuf-rdma` crate, which loads
-//! rdma-core; [`register`] here only says why it cannot register (no
-//! device, or use `p2pbuf-rdma`), as [`Error::Unavailable`].
+//! rdma-core (`p2pbuf_rdma::Pd::reg_dmabuf_mr` registers a dma-buf).
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
 /// Where the kernel lists RDMA devices.
@@ -109,44 +107,6 @@ impl RdmaStatus {
     }
 }
 
-/// Try to register `buf` for RDMA on `device` (or the first device).
-///
-/// This library does not load libibverbs: this always returns
-/// [`Error::Unavailable`], saying there is no device, or pointing at
-/// `p2pbuf_rdma::Pd::reg_dmabuf_mr`.
-pub fn register(buf: &DmaBuf, device: Option<&str>) -> Result<()> {
-    register_with(&status()?, buf.size(), buf.exporter(), device)
-}
-
-fn register_with(st: &RdmaStatus, size: u64, exporter: &str, device: Option<&str>) -> Result<()> {
-    let what = format!("RDMA registration of a {size}-byte {exporter} dma-buf");
-    if st.devices.is_empty() {
-        return Err(Error::unavailable(
-            what,
-            st.summary(),
-            Some("an RDMA NIC with its driver, or soft-RoCE (rdma link add rxe0 type rxe netdev <if>)".into()),
-        ));
-    }
-    let dev = match device {
-        None => &st.devices[0],
-        Some(n) => st.devices.iter().find(|d| d.name == n).ok_or_else(|| {
-            Error::unavailable(
-                what.clone(),
-                format!("no RDMA device named {n:?} ({})", st.summary()),
-                None,
-            )
-        })?,
-    };
-    Err(Error::unavailable(
-        what,
-        format!(
-            "device {} is present, but the p2pbuf library has no libibverbs binding",
-            dev.name
-        ),
-        Some("register with the p2pbuf-rdma crate (p2pbuf_rdma::Pd::reg_dmabuf_mr)".into()),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,9 +123,6 @@ mod tests {
         let st = status_at("/nonexistent/infiniband").unwrap();
         assert!(!st.sysfs_present);
         assert!(st.summary().contains("does not exist"), "{}", st.summary());
-        let e = register_with(&st, 4096, "nv_dmabuf", None).unwrap_err();
-        assert!(e.is_unavailable());
-        assert!(e.to_string().contains("no RDMA device"), "{e}");
     }
 
     #[test]
@@ -177,9 +134,6 @@ mod tests {
             st.summary(),
             format!("no RDMA device: {} is empty", d.display())
         );
-        let e = register_with(&st, 2 << 20, "nv_dmabuf", None).unwrap_err();
-        assert!(e.to_string().contains("is empty"), "{e}");
-        assert!(e.to_string().contains("2097152-byte nv_dmabuf"), "{e}");
         std::fs::remove_dir_all(d).unwrap();
     }
 
@@ -195,10 +149,6 @@ mod tests {
         assert_eq!(st.devices[1].ports, vec!["1"]);
         assert_eq!(st.devices[1].node_type.as_deref(), Some("1: CA"));
         assert_eq!(st.summary(), "RDMA devices: mlx5_0, rxe0");
-        let e = register_with(&st, 1, "x", Some("rxe0")).unwrap_err();
-        assert!(e.to_string().contains("no libibverbs binding"), "{e}");
-        let e = register_with(&st, 1, "x", Some("nope")).unwrap_err();
-        assert!(e.to_string().contains("no RDMA device named"), "{e}");
         std::fs::remove_dir_all(d).unwrap();
     }
 }

@@ -197,11 +197,43 @@ struct p2pbuf_refusal {
 	char text[P2PBUF_REASON_LEN];
 };
 
+/**
+ * struct p2pbuf_attachment - how the exporter reaches one importing device of a buffer
+ * @size: in: sizeof(struct p2pbuf_attachment)
+ * @fd: in: a dma-buf fd exported by p2pbuf; -EBADF if @fd is not an open fd, -EINVAL if it
+ *	is an fd of anything else (or of a buffer whose provider was unbound)
+ * @flags: in: must be 0 (-EINVAL otherwise)
+ * @index: in: which attachment, from 0, in the order they attached; -ENOENT from
+ *	@nr_attachments on
+ * @nr_attachments: out: attachments of the buffer now (also written with -ENOENT: nothing
+ *	else is; read it with @index 0 to learn how many there are)
+ * @map_type: out: P2PBUF_DMA_MAP_BUS_ADDR (PCI_P2PDMA_MAP_BUS_ADDR: the device and the
+ *	memory share a PCI switch) or P2PBUF_DMA_MAP_THRU_HOST_BRIDGE (through the host bridge,
+ *	and its IOMMU if there is one): the PCI core's p2pdma map type between the buffer's
+ *	provider and the device, which the exporter decided the attach with
+ * @device: out: NUL-terminated dev_name() of the importing device (for a PCI device its
+ *	address), cut to P2PBUF_DEVICE_NAME_LEN - 1 bytes
+ *
+ * The route is the exporter's knowledge: importers see only their DMA addresses (see
+ * struct p2pbuf_dma_import.map_type). Attachments come and go; an @index read twice may
+ * name another device.
+ */
+struct p2pbuf_attachment {
+	__u32 size;
+	__s32 fd;
+	__u32 flags;
+	__u32 index;
+	__u32 nr_attachments;
+	__u32 map_type;
+	char device[P2PBUF_DEVICE_NAME_LEN];
+};
+
 #define P2PBUF_IOCTL_INFO		_IOWR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info)
 #define P2PBUF_IOCTL_PROVIDER_INFO	_IOWR(P2PBUF_IOCTL_MAGIC, 0x01, struct p2pbuf_provider_info)
 #define P2PBUF_IOCTL_ALLOC		_IOWR(P2PBUF_IOCTL_MAGIC, 0x02, struct p2pbuf_alloc)
 #define P2PBUF_IOCTL_REVOKE		_IOW(P2PBUF_IOCTL_MAGIC, 0x03, struct p2pbuf_revoke)
 #define P2PBUF_IOCTL_REFUSAL		_IOWR(P2PBUF_IOCTL_MAGIC, 0x04, struct p2pbuf_refusal)
+#define P2PBUF_IOCTL_ATTACHMENT		_IOWR(P2PBUF_IOCTL_MAGIC, 0x05, struct p2pbuf_attachment)
 
 /*
  * The DMA engine importer: /dev/p2pbuf-dma (root-only), from the p2pbuf_importer module.
@@ -216,14 +248,23 @@ struct p2pbuf_refusal {
  * ioctl, -ENODEV once the engine's device is unbound.
  */
 
-/* How the engine reaches an imported buffer (struct p2pbuf_dma_import.map_type). */
-/* Device memory whose provider the importer could not identify. */
+/*
+ * What the engine's DMA addresses for an imported buffer are (struct
+ * p2pbuf_dma_import.map_type), as the importer sees them: from its own mapping, never from
+ * the exporter's pages or a search of the PCI devices. The route that a peer's memory takes
+ * (through a switch or the host bridge) is the exporter's decision: for p2pbuf buffers,
+ * P2PBUF_IOCTL_ATTACHMENT reports it with the same values.
+ */
+/* Nothing mapped (a zero-length table). */
 #define P2PBUF_DMA_MAP_UNKNOWN			0U
-/* System memory (the mapping has struct pages), mapped with the DMA API. */
+/* System memory, mapped with the DMA API. */
 #define P2PBUF_DMA_MAP_HOST_MEMORY		1U
-/* Peer device memory at its PCI bus address (PCI_P2PDMA_MAP_BUS_ADDR: through a switch). */
+/*
+ * Device memory at its PCI bus address, not translated by an IOMMU: a peer behind the same
+ * switch (PCI_P2PDMA_MAP_BUS_ADDR), or any peer when the engine has no IOMMU.
+ */
 #define P2PBUF_DMA_MAP_BUS_ADDR			2U
-/* Peer device memory through the host bridge (PCI_P2PDMA_MAP_THRU_HOST_BRIDGE). */
+/* Device memory at an IOVA of the engine's IOMMU (PCI_P2PDMA_MAP_THRU_HOST_BRIDGE). */
 #define P2PBUF_DMA_MAP_THRU_HOST_BRIDGE		3U
 
 /**
@@ -235,7 +276,7 @@ struct p2pbuf_refusal {
  * @flags: in: must be 0
  * @handle: out: the handle for P2PBUF_DMA_IOCTL_COPY and P2PBUF_DMA_IOCTL_RELEASE (never 0)
  * @length: out: size of the buffer in bytes
- * @map_type: out: P2PBUF_DMA_MAP_*, how the engine's mapping reaches the memory
+ * @map_type: out: P2PBUF_DMA_MAP_*, what the engine's DMA addresses for the buffer are
  * @nr_ranges: out: DMA-contiguous ranges of the engine's mapping
  *
  * The attachment is dynamic and allows peer-to-peer mappings: when the exporter moves the

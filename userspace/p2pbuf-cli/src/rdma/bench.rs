@@ -13,7 +13,22 @@ use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::session::{self, ServerMemory};
 use p2pbuf_rdma::{cm, Access, Context, HostBuf, Listener, MrInfo, Op, Pd};
 
-use crate::target::parse_size;
+/// Host memory of `size` bytes, from [`p2pbuf::memory`] as every command gets its memory.
+fn host_mem(size: usize) -> p2pbuf::Result<HostBuf> {
+    memory::alloc(&Source::Host, size as u64)?.into_host("rdma bench")
+}
+
+/// P2pbuf device memory of `size` bytes.
+fn device_mem(size: usize, uninitialized: bool) -> p2pbuf::Result<DmaBuf> {
+    let o = memory::Options {
+        uninitialized,
+        ..Default::default()
+    };
+    memory::alloc_with(&Source::P2pbuf, size as u64, &o)?.into_dmabuf("rdma bench")
+}
+
+use p2pbuf::memory::{self, Source};
+use p2pbuf::units::parse_size;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -120,14 +135,24 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     for &size in &a.reg_sizes {
         // The buffers of this size; allocation and faulting-in are not timed.
         let host_ok = a.host_max.is_none_or(|m| size <= m);
-        let dmabuf = match p2pbuf::exporter::alloc_with(size as u64, a.uninitialized) {
-            Ok(x) => Some(x.buf),
+        // Large points take seconds to minutes under TCG (allocating 64 GiB of device memory
+        // takes its 16 Mi page references; faulting in host memory): say where the run is.
+        let long = size >= 1 << 30;
+        let progress = |what: &str| {
+            if long {
+                println!("# progress: rdma_reg size={size}: {what}");
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            }
+        };
+        progress("allocating the buffers (not timed)");
+        let dmabuf = match device_mem(size, a.uninitialized) {
+            Ok(x) => Some(x),
             Err(e) => {
                 println!("# rdma_reg size={size}: no p2pbuf buffer: {e}");
                 None
             }
         };
-        let mut host = match HostBuf::new(size) {
+        let mut host = match host_mem(size) {
             _ if !host_ok => None,
             Ok(b) => Some(b),
             Err(e) => {
@@ -139,6 +164,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             fault_in(h);
         }
         for rep in 0..a.reps {
+            progress(&format!("repetition {}/{}", rep + 1, a.reps));
             if let Some(d) = &dmabuf {
                 let t = Instant::now();
                 let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
@@ -177,7 +203,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                 }
             }
             if a.cold && host_ok {
-                let h = HostBuf::new(size)?;
+                let h = host_mem(size)?;
                 let t = Instant::now();
                 let r = pd.reg_mr(h, access);
                 let reg = t.elapsed();
@@ -196,6 +222,9 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                 }
             }
         }
+        progress("freeing the buffers (not timed)");
+        drop(dmabuf);
+        drop(host);
     }
     Ok(())
 }
@@ -241,12 +270,12 @@ fn server(
         };
         let pd = Pd::new(&ctx)?;
         let (buf, info, mr) = if kind == "dmabuf" {
-            let d = p2pbuf::exporter::alloc(size as u64)?.buf;
+            let d = device_mem(size, false)?;
             let mr = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), Access::REMOTE_RW)?;
             let info = mr.info();
             (ServerBuf::DmaBuf(d), info, Some(mr))
         } else {
-            let m = pd.reg_mr(HostBuf::new(size)?, Access::REMOTE_RW)?;
+            let m = pd.reg_mr(host_mem(size)?, Access::REMOTE_RW)?;
             let info = m.info();
             (ServerBuf::Host(m), info, None)
         };
@@ -392,7 +421,7 @@ fn bench_write(a: &BenchArgs) -> p2pbuf::Result<()> {
         }
         let conn = cm::connect(addr, b"p2pbuf rdma bench", Duration::from_secs(30))?;
         let hello = session::Hello::decode(conn.peer_data())?;
-        let mut buf = HostBuf::new(max)?;
+        let mut buf = host_mem(max)?;
         session::fill_pattern(buf.as_mut_slice(), 0xbe4c, 0);
         let local = conn.pd().reg_mr(buf, Access::LOCAL_WRITE)?;
         conns.push((kind, conn, hello, local));

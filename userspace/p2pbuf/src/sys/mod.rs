@@ -175,8 +175,7 @@ pub(crate) struct DmaHeapAllocationData {
 /// `DMA_HEAP_IOCTL_ALLOC`, generated from the header by linux-raw-sys.
 const DMA_HEAP_IOCTL_ALLOC: Opcode = linux_raw_sys::ioctl::DMA_HEAP_IOCTL_ALLOC as Opcode;
 // `_IOWR('H', 0x0, struct dma_heap_allocation_data)`.
-const _: () =
-    assert!(opcode::read_write::<DmaHeapAllocationData>(b'H', 0) == DMA_HEAP_IOCTL_ALLOC);
+const _: () = assert!(opcode::read_write::<DmaHeapAllocationData>(b'H', 0) == DMA_HEAP_IOCTL_ALLOC);
 
 /// `ioctl(heap, DMA_HEAP_IOCTL_ALLOC, {len, O_RDWR | O_CLOEXEC})`: a new dma-buf of `len`
 /// bytes from the heap `heap` (a `/dev/dma_heap/NAME` fd).
@@ -414,8 +413,33 @@ impl RawMapping {
         Ok(RawMapping { ptr, len })
     }
 
+    /// `mmap(NULL, len, READ | WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)`: zeroed,
+    /// page-aligned memory of this process only.
+    pub(crate) fn anonymous(len: usize) -> Result<Self, Errno> {
+        if len == 0 {
+            return Err(Errno::INVAL);
+        }
+        // SAFETY: a fresh private anonymous mapping at an address of the kernel's choosing
+        // (NULL hint, no MAP_FIXED) aliases nothing.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Errno::NOMEM)?;
+        Ok(RawMapping { ptr, len })
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The first byte, for devices (an RDMA registration) that address the memory.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     pub(crate) fn as_slice(&self) -> &[u8] {

@@ -1,0 +1,57 @@
+//! The test pattern of `nvme write` and `dma-engine copy`, and checking data against it.
+
+/// The pattern of `nvme write` (and tests/selftests/nvme_p2p.c).
+pub fn pattern(i: usize, seed: u32) -> u8 {
+    (i.wrapping_mul(13)
+        .wrapping_add(seed as usize)
+        .wrapping_add(i >> 12)) as u8
+}
+
+/// Fill `b` with seed `seed`'s pattern.
+pub fn fill_pattern(b: &mut [u8], seed: u32) {
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = pattern(i, seed);
+    }
+}
+
+/// Index and count of bytes where `data[i] != want(i)`.
+pub fn mismatches(data: &[u8], want: impl Fn(usize) -> u8) -> Option<(usize, u8, u8, usize)> {
+    let mut first = None;
+    let mut n = 0;
+    for (i, b) in data.iter().enumerate() {
+        let w = want(i);
+        if *b != w {
+            n += 1;
+            if first.is_none() {
+                first = Some((i, *b, w));
+            }
+        }
+    }
+    first.map(|(i, g, w)| (i, g, w, n))
+}
+
+/// MiB/s.
+pub fn mib_per_s(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / if secs > 0.0 { secs } else { f64::MIN_POSITIVE }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_matches_the_c_selftest() {
+        // tests/selftests/nvme_p2p.c: (uint8_t)(i * 13 + seed + (i >> 12)).
+        assert_eq!(pattern(0, 5), 5);
+        assert_eq!(pattern(1, 5), 18);
+        assert_eq!(pattern(4096, 0), ((4096 * 13 + 1) & 0xff) as u8);
+    }
+
+    #[test]
+    fn mismatch_reports_the_first() {
+        let d = [1u8, 2, 9, 4, 0];
+        let m = mismatches(&d, |i| (i + 1) as u8).unwrap();
+        assert_eq!((m.0, m.1, m.2, m.3), (2, 9, 3, 2));
+        assert!(mismatches(&d[..2], |i| (i + 1) as u8).is_none());
+    }
+}

@@ -1,0 +1,486 @@
+//! The data path of an RC connection: RDMA WRITE and READ against the peer's region, and
+//! small SEND/RECV messages through a registered buffer of the connection's own. Connection
+//! set-up (rdma_cm) is the parent module's.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use p2pbuf::{Error, Result};
+
+use super::*;
+use crate::ffi::{self, errno};
+use crate::verbs::{os_error, Completion, Cq, HostBuf, HostMr, MrInfo, Pd};
+
+/// One RC connection: the QP (on the id), its CQ, and a small registered buffer for messages.
+pub struct Connection {
+    // Dropped in this order: QP and id, then CQ, then the message buffer, then the PD.
+    pub(super) id: Id,
+    cq: Cq,
+    ctrl: HostMr,
+    pd: Pd,
+    peer: Option<SocketAddr>,
+    pub(super) peer_data: Vec<u8>,
+    pending: RefCell<VecDeque<Completion>>,
+    next_wr: std::cell::Cell<u64>,
+    pub(super) connected: bool,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Connection({:?} on {})",
+            self.peer,
+            self.pd.context().name()
+        )
+    }
+}
+
+/// RDMA WRITE or READ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Local memory to the peer's.
+    Write,
+    /// The peer's memory to local.
+    Read,
+}
+
+impl Connection {
+    pub(super) fn setup(
+        mut id: Id,
+        pd: Pd,
+        peer_data: Vec<u8>,
+        peer: Option<SocketAddr>,
+    ) -> Result<Connection> {
+        let ctx = pd.context().clone();
+        if id.verbs() != ctx.as_ptr() {
+            return Err(Error::Protocol {
+                what: "setting up a connection".into(),
+                detail: format!(
+                    "the client came in on another RDMA device than the buffer's ({})",
+                    ctx.name()
+                ),
+            });
+        }
+        let cq = Cq::new(&ctx, 64)?;
+        let mut attr = ffi::ibv_qp_init_attr {
+            send_cq: cq.as_ptr(),
+            recv_cq: cq.as_ptr(),
+            qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
+            sq_sig_all: 1,
+            ..Default::default()
+        };
+        attr.cap.max_send_wr = 16;
+        attr.cap.max_recv_wr = RECV_SLOTS as u32 + 1;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        // SAFETY: a live id, a PD on its device, an attr naming live CQs.
+        if unsafe {
+            ctx.libs()
+                .cm
+                .rdma_create_qp(id.ptr(), pd.as_ptr(), &mut attr)
+        } != 0
+        {
+            return Err(os_error(
+                format!("rdma_create_qp on {}", ctx.name()),
+                errno(),
+                None,
+            ));
+        }
+        id.has_qp = true;
+        let ctrl = pd.reg_mr(
+            HostBuf::new(MAX_MESSAGE * (RECV_SLOTS + 1))?,
+            crate::verbs::Access::LOCAL_WRITE,
+        )?;
+        let c = Connection {
+            id,
+            cq,
+            ctrl,
+            pd,
+            peer,
+            peer_data,
+            pending: RefCell::new(VecDeque::new()),
+            next_wr: std::cell::Cell::new(1),
+            connected: false,
+        };
+        for slot in 0..RECV_SLOTS {
+            c.post_recv(slot)?;
+        }
+        Ok(c)
+    }
+
+    /// The protection domain: register the buffers to move data from and to here.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// What the peer sent when connecting (for a client: the server's accept).
+    pub fn peer_data(&self) -> &[u8] {
+        &self.peer_data
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    fn qp(&self) -> *mut ffi::ibv_qp {
+        // SAFETY: a live id with a QP.
+        unsafe { (*self.id.ptr()).qp }
+    }
+
+    fn post_recv(&self, slot: usize) -> Result<()> {
+        let info = self.ctrl.info();
+        let mut sge = ffi::ibv_sge {
+            addr: info.addr + (slot * MAX_MESSAGE) as u64,
+            length: MAX_MESSAGE as u32,
+            lkey: info.lkey,
+        };
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id: RECV_WR_BASE + slot as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: ibv_post_recv is a static inline calling the context's post_recv op; the
+        // SGE points into the registered message buffer, which outlives the QP.
+        let r = unsafe {
+            let qp = self.qp();
+            let f = (*(*qp).context)
+                .ops
+                .post_recv
+                .expect("provider without post_recv");
+            f(qp, &mut wr, &mut bad)
+        };
+        if r != 0 {
+            return Err(os_error("ibv_post_recv", r, None));
+        }
+        Ok(())
+    }
+
+    fn post_send(&self, wr: &mut ffi::ibv_send_wr) -> Result<u64> {
+        let id = self.next_wr.get();
+        self.next_wr.set(id + 1);
+        wr.wr_id = id;
+        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: ibv_post_send is a static inline calling the context's post_send op; the
+        // caller's SGE names a registered region that lives until the completion.
+        let r = unsafe {
+            let qp = self.qp();
+            let f = (*(*qp).context)
+                .ops
+                .post_send
+                .expect("provider without post_send");
+            f(qp, wr, &mut bad)
+        };
+        if r != 0 {
+            return Err(os_error(
+                "ibv_post_send",
+                r,
+                Some("the QP is in the error state after an earlier failure, or the send queue is full".into()),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Whether the peer has gone (a DISCONNECTED event for this id).
+    fn peer_gone(&self) -> Result<bool> {
+        let idp = self.id.ptr();
+        let ch = &self.id.ch;
+        if ch
+            .stash
+            .borrow()
+            .iter()
+            .any(|e| e.id == idp && e.kind == ev::RDMA_CM_EVENT_DISCONNECTED)
+        {
+            return Ok(true);
+        }
+        while let Some(e) = ch.next(Some(Duration::ZERO))? {
+            let gone = e.id == idp && e.kind == ev::RDMA_CM_EVENT_DISCONNECTED;
+            ch.stash.borrow_mut().push_back(e);
+            if gone {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Wait for the completion of work request `want`.
+    fn wait(
+        &self,
+        what: &str,
+        timeout: Duration,
+        want: impl Fn(&Completion) -> bool,
+    ) -> Result<Completion> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            {
+                let mut p = self.pending.borrow_mut();
+                if let Some(i) = p.iter().position(&want) {
+                    return Ok(p.remove(i).expect("index in range"));
+                }
+            }
+            let got = self.cq.poll(16)?;
+            if got.is_empty() {
+                spins += 1;
+                if start.elapsed() > timeout {
+                    return Err(os_error(
+                        format!("{what}: no completion in {} s", timeout.as_secs()),
+                        ETIMEDOUT,
+                        Some("the peer (or rxe) is stuck: dmesg".into()),
+                    ));
+                }
+                if spins % 1024 == 0 && self.peer_gone()? {
+                    return Err(os_error(
+                        format!("{what}: the peer disconnected"),
+                        ECONNREFUSED,
+                        None,
+                    ));
+                }
+                if spins > 256 {
+                    std::thread::sleep(Duration::from_micros(50));
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            self.pending.borrow_mut().extend(got);
+        }
+    }
+
+    fn check(&self, what: String, c: Completion) -> Result<Completion> {
+        if c.status.is_success() {
+            return Ok(c);
+        }
+        Err(os_error(
+            format!(
+                "{what}: completed with {} ({}, vendor error {:#x})",
+                c.status.name(),
+                c.status.describe(),
+                c.vendor_err
+            ),
+            EIO,
+            Some(c.status.check().into()),
+        ))
+    }
+
+    /// Post one RDMA WRITE or READ of `len` bytes (at most 1 GiB) between `local` at
+    /// `local_off` and the peer's `remote_addr`/`rkey`; its work request id.
+    fn post_rdma(
+        &self,
+        op: Op,
+        local: &MrInfo,
+        local_off: u64,
+        len: u64,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<u64> {
+        let mut sge = ffi::ibv_sge {
+            addr: local.addr + local_off,
+            length: len as u32,
+            lkey: local.lkey,
+        };
+        let mut wr = ffi::ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: match op {
+                Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
+            },
+            ..Default::default()
+        };
+        wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+        self.post_send(&mut wr)
+    }
+
+    /// RDMA WRITE (`Op::Write`: local to remote) or READ (remote to local) of `len` bytes:
+    /// `local` is a region of ours (address `local.addr + local_off`), the peer's region
+    /// is `remote_addr`/`rkey`. Waits for the completion.
+    pub fn rdma(
+        &self,
+        op: Op,
+        local: &MrInfo,
+        local_off: u64,
+        len: u64,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        if local_off.checked_add(len).is_none_or(|e| e > local.len) {
+            return Err(Error::Protocol {
+                what: format!("RDMA {op:?}"),
+                detail: format!(
+                    "{len} bytes at local offset {local_off} do not fit the local region of {} bytes",
+                    local.len
+                ),
+            });
+        }
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(MAX_WR_BYTES);
+            let what = format!(
+                "RDMA {} of {n} bytes {} remote address {:#x} (rkey {rkey:#x})",
+                if op == Op::Write { "WRITE" } else { "READ" },
+                if op == Op::Write { "to" } else { "from" },
+                remote_addr.wrapping_add(done)
+            );
+            let id = self.post_rdma(
+                op,
+                local,
+                local_off + done,
+                n,
+                remote_addr.wrapping_add(done),
+                rkey,
+            )?;
+            let c = self.wait(&what, Duration::from_secs(120), |c| c.wr_id == id)?;
+            self.check(what, c)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// `count` RDMA WRITEs (or READs) of the same `len` bytes (at most 1 GiB) between
+    /// `local` (from `local_off`) and the peer's `remote_addr`/`rkey`, keeping up to `depth`
+    /// (1 to [`MAX_DEPTH`]) in flight. `on_done` is called with the number completed so far
+    /// after each completion. The first completion in error ends it: the error names its
+    /// status (e.g. `IBV_WC_REM_ACCESS_ERR`) and how many had completed before.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rdma_many(
+        &self,
+        op: Op,
+        local: &MrInfo,
+        local_off: u64,
+        len: u64,
+        remote_addr: u64,
+        rkey: u32,
+        count: u64,
+        depth: usize,
+        on_done: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        if len == 0
+            || len > MAX_WR_BYTES
+            || local_off.checked_add(len).is_none_or(|e| e > local.len)
+        {
+            return Err(Error::Protocol {
+                what: format!("RDMA {op:?} x{count}"),
+                detail: format!(
+                    "{len} bytes at local offset {local_off}: must be 1 byte to 1 GiB inside the local region of {} bytes",
+                    local.len
+                ),
+            });
+        }
+        let depth = depth.clamp(1, MAX_DEPTH) as u64;
+        let name = if op == Op::Write { "WRITE" } else { "READ" };
+        let (mut posted, mut done) = (0u64, 0u64);
+        let mut in_flight: VecDeque<u64> = VecDeque::new();
+        while done < count {
+            while posted < count && posted - done < depth {
+                in_flight.push_back(self.post_rdma(
+                    op,
+                    local,
+                    local_off,
+                    len,
+                    remote_addr,
+                    rkey,
+                )?);
+                posted += 1;
+            }
+            let what = format!(
+                "RDMA {name} {} of {count} ({len} bytes at remote address {remote_addr:#x}, rkey {rkey:#x}; {done} completed before it)",
+                done + 1
+            );
+            let c = self.wait(&what, Duration::from_secs(120), |c| {
+                in_flight.contains(&c.wr_id)
+            })?;
+            in_flight.retain(|id| *id != c.wr_id);
+            self.check(what, c)?;
+            done += 1;
+            on_done(done);
+        }
+        Ok(())
+    }
+
+    /// Send a message of at most [`MAX_MESSAGE`] bytes; waits for its completion.
+    pub fn send(&self, msg: &[u8]) -> Result<()> {
+        if msg.len() > MAX_MESSAGE {
+            return Err(Error::Protocol {
+                what: "sending a message".into(),
+                detail: format!("{} bytes, at most {MAX_MESSAGE}", msg.len()),
+            });
+        }
+        // The send slot is after the receive slots; only one send is in flight at a time.
+        let off = RECV_SLOTS * MAX_MESSAGE;
+        // SAFETY: our own registered buffer, through its raw pointer; no receive uses the
+        // send slot and no send is in flight (each waits for its completion).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                msg.as_ptr(),
+                self.ctrl.buf().as_ptr().add(off),
+                msg.len(),
+            )
+        };
+        let info = self.ctrl.info();
+        let mut sge = ffi::ibv_sge {
+            addr: info.addr + off as u64,
+            length: msg.len() as u32,
+            lkey: info.lkey,
+        };
+        let mut wr = ffi::ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ffi::ibv_wr_opcode::IBV_WR_SEND,
+            ..Default::default()
+        };
+        let id = self.post_send(&mut wr)?;
+        let c = self.wait("SEND", Duration::from_secs(60), |c| c.wr_id == id)?;
+        self.check("SEND of a message".into(), c)?;
+        Ok(())
+    }
+
+    /// Receive the next message.
+    pub fn recv(&self, timeout: Duration) -> Result<Vec<u8>> {
+        let c = self.wait("waiting for a message", timeout, |c| {
+            c.wr_id >= RECV_WR_BASE
+        })?;
+        let c = self.check("receiving a message".into(), c)?;
+        let slot = (c.wr_id - RECV_WR_BASE) as usize;
+        let off = slot * MAX_MESSAGE;
+        let msg =
+            self.ctrl.buf().as_slice()[off..off + (c.byte_len as usize).min(MAX_MESSAGE)].to_vec();
+        self.post_recv(slot)?;
+        Ok(msg)
+    }
+
+    /// `rdma_disconnect`, and wait (briefly) for the DISCONNECTED event.
+    pub fn disconnect(&mut self) -> Result<()> {
+        if !self.connected {
+            return Ok(());
+        }
+        self.connected = false;
+        // SAFETY: a connected id.
+        if unsafe { self.id.ch.libs.cm.rdma_disconnect(self.id.ptr()) } != 0 {
+            return Err(os_error("rdma_disconnect", errno(), None));
+        }
+        let idp = self.id.ptr();
+        let _ = self
+            .id
+            .ch
+            .wait("disconnecting", Some(Duration::from_secs(5)), |e| {
+                e.id == idp && e.kind == ev::RDMA_CM_EVENT_DISCONNECTED
+            });
+        // Forget events of this id: the id is going away.
+        self.id.ch.stash.borrow_mut().retain(|e| e.id != idp);
+        Ok(())
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let _ = self.disconnect();
+    }
+}

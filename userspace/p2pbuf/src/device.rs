@@ -1,0 +1,91 @@
+//! Opening the project's misc devices (`/dev/p2pbuf`, `/dev/p2pbuf-dma`): one place for the
+//! open and for the errors that say what to load or rebuild.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// One of the project's devices, as its errors name it.
+pub(crate) struct Device {
+    /// What is opened, e.g. "the p2pbuf exporter".
+    pub name: &'static str,
+    /// What to do when the device node does not exist.
+    pub missing: &'static str,
+    /// What to check when opening it is not permitted.
+    pub denied: &'static str,
+}
+
+impl Device {
+    fn what(&self, path: &Path) -> String {
+        format!("opening {} ({})", self.name, path.display())
+    }
+
+    /// The error of a failed open (or stat) of `path`.
+    pub fn open_error(&self, path: &Path, e: std::io::Error) -> Error {
+        let what = self.what(path);
+        match e.kind() {
+            std::io::ErrorKind::NotFound => Error::unavailable(
+                what,
+                format!("{} does not exist", path.display()),
+                Some(self.missing.into()),
+            ),
+            std::io::ErrorKind::PermissionDenied => Error::Io {
+                what,
+                path: path.to_path_buf(),
+                source: e,
+                check: Some(self.denied.into()),
+            },
+            _ => Error::io(what, path, e),
+        }
+    }
+
+    /// Open `path` read-write.
+    #[cfg(p2pbuf_uapi)]
+    pub fn open(&self, path: &Path) -> Result<Opened> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| self.open_error(path, e))?;
+        Ok(Opened {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// Without the uAPI header nothing can be asked of the device: say so (or that it is
+    /// missing).
+    #[cfg(not(p2pbuf_uapi))]
+    pub fn open(&self, path: &Path) -> Result<Opened> {
+        if let Err(e) = std::fs::metadata(path) {
+            return Err(self.open_error(path, e));
+        }
+        Err(Error::unavailable(
+            self.what(path),
+            format!(
+                "this p2pbuf library was built without the uAPI header: {}",
+                env!("P2PBUF_NO_UAPI")
+            ),
+            Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
+        ))
+    }
+}
+
+/// An open device: its path, and its file (a library built without the uAPI header opens
+/// none: `never`).
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// Where it was opened.
+    pub path: PathBuf,
+    #[cfg(p2pbuf_uapi)]
+    pub file: std::fs::File,
+    #[cfg(not(p2pbuf_uapi))]
+    pub never: std::convert::Infallible,
+}
+
+#[cfg(p2pbuf_uapi)]
+impl std::os::fd::AsFd for Opened {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}

@@ -1,0 +1,255 @@
+//! `cargo xtask test`: the host-side unit tests, then the in-VM suite on every boot it
+//! selects (and the two-node stage), one summary line per boot; and the build that every
+//! VM command starts with.
+
+use crate::qemu::{Mode, Topology, VmFiles};
+use crate::util::{heading, Ctx, Flavour};
+use crate::{boots, fabric, hostcheck, initramfs, kernel, ktap, modules, nodes, rdma_core, setup};
+use crate::{vmrun, BuildOpts, VmOpts};
+use anyhow::{bail, Result};
+use std::process::Command;
+use std::time::Duration;
+
+/// The kernel (or, with --skip-kernel, the one built before), the modules, rdma-core,
+/// libfabric and the initramfs: what a boot needs.
+pub fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
+    setup::setup(ctx)?;
+    if b.skip_kernel {
+        if !kernel::bzimage(ctx).exists() {
+            bail!(
+                "--skip-kernel: no kernel built yet in {}{}",
+                ctx.kbuild().display(),
+                match ctx.flavour {
+                    Flavour::Debug => "",
+                    Flavour::Bench =>
+                        " (the bench kernel: run `cargo xtask bench` once without --skip-kernel)",
+                }
+            );
+        }
+    } else {
+        kernel::kernel(
+            ctx,
+            &kernel::KernelOpts {
+                keep_tree: b.keep_tree,
+            },
+        )?;
+    }
+    modules::modules(ctx, false)?;
+    rdma_core::rdma_core(ctx)?;
+    fabric::libfabric(ctx)?;
+    let initrd = initramfs::initramfs(ctx)?;
+    Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
+}
+
+pub fn host_tests(ctx: &Ctx) -> Result<()> {
+    heading("host: cargo test --workspace");
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .current_dir(&ctx.root)
+        .args(["test", "--workspace", "--quiet"]);
+    ctx.cargo_env(&mut cargo);
+    let st = cargo.status()?;
+    if !st.success() {
+        bail!("host-side unit tests failed (cargo test --workspace)");
+    }
+    Ok(())
+}
+
+/// Names of the in-VM tests (file stems), as run-tests.sh sees them.
+pub fn vm_test_names(ctx: &Ctx) -> Vec<String> {
+    let mut v = vec![];
+    for (dir, ext) in [("tests/vm/tests", "sh"), ("tests/selftests", "c")] {
+        if let Ok(rd) = std::fs::read_dir(ctx.root.join(dir)) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == ext) {
+                    v.push(
+                        p.file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Runs the in-VM suite on every selected boot; one line per boot at the end.
+#[allow(clippy::too_many_arguments)]
+pub fn vm_tests(
+    ctx: &Ctx,
+    files: &VmFiles,
+    vm: &VmOpts,
+    names: &[String],
+    timeout: u64,
+    filter: Option<&str>,
+    inject: Option<&str>,
+) -> Result<()> {
+    let custom =
+        names.is_empty() && (vm.topology != Topology::Switch || vm.iommu || vm.cpu != "max");
+    // The two-node stage is a pseudo-boot: last, and by name or when no boot is named.
+    let two_nodes = nodes::selected(names, filter, inject.is_some(), custom);
+    let single: Vec<String> = names
+        .iter()
+        .filter(|n| *n != nodes::BOOT_NAME)
+        .cloned()
+        .collect();
+    let boots: Vec<Option<boots::Boot>> = if custom {
+        vec![None]
+    } else if !names.is_empty() && single.is_empty() {
+        vec![]
+    } else {
+        let b = boots::select(&single, filter, &vm_test_names(ctx))?;
+        if b.is_empty() && !two_nodes {
+            bail!(
+                "--filter {:?} selects no in-VM test on any boot",
+                filter.unwrap_or("")
+            );
+        }
+        b.into_iter().map(Some).collect()
+    };
+    let mut summary = vec![];
+    let mut failed = vec![];
+    for b in &boots {
+        let label = b.as_ref().map_or("custom", |b| b.name);
+        if let Some(b) = b {
+            println!("    boot {label}: {}", b.why);
+        }
+        let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
+        // The pyverbs boot's initramfs: the lab's plus Python, pyverbs and rdma-core's tests.
+        let py_files;
+        let files = if b.as_ref().is_some_and(|b| b.pyverbs) {
+            let initrd = rdma_core::pyverbs(ctx)
+                .and_then(|()| initramfs::pyverbs_initramfs(ctx, &files.initrd));
+            match initrd {
+                Ok(i) => {
+                    py_files = VmFiles::new(ctx, files.kernel.clone(), i, "");
+                    &py_files
+                }
+                Err(e) => {
+                    summary.push(format!("{label}: FAILED ({e:#})"));
+                    failed.push(label.to_string());
+                    continue;
+                }
+            }
+        } else {
+            files
+        };
+        match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
+            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
+            Err(e) => {
+                summary.push(format!("{label}: FAILED ({e:#})"));
+                failed.push(label.to_string());
+            }
+        }
+    }
+    if two_nodes {
+        println!(
+            "    boot {}: two VMs on one network link, node B RDMA-writes into node A's device memory",
+            nodes::BOOT_NAME
+        );
+        let label = nodes::BOOT_NAME;
+        match nodes::two_nodes(
+            ctx,
+            &vm.config(Mode::Node),
+            &files.kernel,
+            &files.initrd,
+            Duration::from_secs(timeout),
+            false,
+        ) {
+            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
+            Err(e) => {
+                summary.push(format!("{label}: FAILED ({e:#})"));
+                failed.push(label.to_string());
+            }
+        }
+    }
+    if boots.len() + usize::from(two_nodes) > 1 {
+        heading("vm: summary of all boots");
+        for l in &summary {
+            println!("    {l}");
+        }
+    }
+    if !failed.is_empty() {
+        bail!("in-VM suite failed on boot(s): {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn vm_test(
+    ctx: &Ctx,
+    files: &VmFiles,
+    vm: &VmOpts,
+    boot: Option<&boots::Boot>,
+    timeout: u64,
+    filter: Option<&str>,
+    inject: Option<&str>,
+) -> Result<(usize, usize, usize)> {
+    let mut cfg = vm.config(Mode::Test);
+    if let Some(b) = boot {
+        b.apply(&mut cfg);
+    }
+    if let Some(f) = filter {
+        cfg.append.push(format!("p2pbuf.filter={f}"));
+    }
+    if let Some(i) = inject {
+        cfg.append.push(format!("p2pbuf.inject={i}"));
+    }
+    heading(&format!(
+        "vm: in-VM suite ({:?} topology{}, cpu {}, TCG; timeout {timeout}s)",
+        cfg.topology,
+        if cfg.iommu { ", intel-iommu" } else { "" },
+        cfg.cpu
+    ));
+    let t = Duration::from_secs(timeout);
+    let w = vmrun::Watch {
+        timeout: t,
+        echo_console: false,
+        print_results: true,
+        print_progress: false,
+        label: boot.map_or("test".into(), |b| {
+            if b.name == "main" {
+                "test".into()
+            } else {
+                format!("test-{}", b.name)
+            }
+        }),
+    };
+    let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
+    let (mut p, mut f, mut s) = o.parser.counts();
+    let mut fails = vmrun::failures(&o, t);
+    for (name, status, note) in hostcheck::checks(&o.parser, files) {
+        let r = ktap::TestResult::new(name.clone(), status, note.clone());
+        vmrun::print_result(&r);
+        match status {
+            ktap::Status::Pass => p += 1,
+            ktap::Status::Fail => {
+                f += 1;
+                fails.push(format!("{name}: {note}"));
+            }
+            ktap::Status::Skip => s += 1,
+        }
+    }
+    if let Some(b) = o.boot_to_init {
+        println!(
+            "    boot to init: {:.1}s; whole run: {:.1}s",
+            b.as_secs_f64(),
+            o.wall.as_secs_f64()
+        );
+    }
+    println!("    console log: {}", o.console_log.display());
+    println!("\x1b[1m{p} passed, {f} failed, {s} skipped\x1b[0m");
+    if !fails.is_empty() {
+        for x in &fails {
+            eprintln!("\x1b[31merror\x1b[0m: {x}");
+        }
+        bail!(
+            "{} problem(s) in the VM run; console log: {}",
+            fails.len(),
+            o.console_log.display()
+        );
+    }
+    Ok((p, f, s))
+}
