@@ -37,6 +37,12 @@ impl TestResult {
             depth: 0,
         }
     }
+
+    /// The test's own description, as its result line gave it (a `/` in it is text, not a
+    /// level: `path` joins the levels with `/`).
+    pub fn name(&self) -> &str {
+        self.path_parts.last().map_or(&self.path, |n| n.as_str())
+    }
 }
 
 #[derive(Default)]
@@ -452,6 +458,16 @@ mod tests {
         let p = parse("1..2\nok 1 - first\nnot ok 2 second # TODO later\n");
         assert_eq!(p.results[0].path, "first");
         assert_eq!(p.counts(), (2, 0, 0));
+    }
+
+    /// A description with a `/` (a rate) is the leaf's name as written; the old display cut
+    /// the joined path at its last `/` and showed `s)` for `rate (3.2 MiB/s)`.
+    #[test]
+    fn name_keeps_slashes_of_the_description() {
+        let p = parse("KTAP version 1\n1..1\n    1..1\n    ok 1 copy (3.2 MiB/s)\nok 1 bench\n");
+        assert_eq!(p.results[0].name(), "copy (3.2 MiB/s)");
+        assert_eq!(p.results[0].path, "bench/copy (3.2 MiB/s)");
+        assert_eq!(p.results[1].name(), "bench");
     }
 
     #[test]
