@@ -120,64 +120,11 @@ RACES_HELPER long long provider_free(int p2p)
 	return r ? r : (long long)p.free;
 }
 
-/* Device memory as a dma-buf fd, or -errno. */
-RACES_HELPER int dev_alloc(int p2p, __u64 len)
-{
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
-
-	if (p2pbuf_test_alloc(p2p, &a))
-		return -errno;
-	return a.fd;
-}
-
 RACES_HELPER int p2p_revoke(int p2p, int fd)
 {
 	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd };
 
 	return ioctl(p2p, P2PBUF_IOCTL_REVOKE, &r) ? -errno : 0;
-}
-
-/* The PCI name of the first function vendor:device (e.g. "0x1af4", "0x1110"); 0 or -1. */
-RACES_HELPER int pci_find(const char *vendor, const char *device, char *name, size_t len)
-{
-	DIR *d = opendir("/sys/bus/pci/devices");
-	struct dirent *e;
-	char path[512], v[16], dv[16];
-	int ret = -1;
-
-	if (!d)
-		return -1;
-	while (ret && (e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		v[0] = 0;
-		if (!fgets(v, sizeof(v), f))
-			v[0] = 0;
-		fclose(f);
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/device", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		dv[0] = 0;
-		if (!fgets(dv, sizeof(dv), f))
-			dv[0] = 0;
-		fclose(f);
-		if (!strncmp(v, vendor, strlen(vendor)) && !strncmp(dv, device, strlen(device))) {
-			size_t n = strnlen(e->d_name, len - 1);
-
-			memcpy(name, e->d_name, n);
-			name[n] = 0;
-			ret = 0;
-		}
-	}
-	closedir(d);
-	return ret;
 }
 
 /* Whether pci is bound to the driver whose sysfs directory is drv. */

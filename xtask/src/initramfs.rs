@@ -77,45 +77,61 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
         Some(d) => ctx.root.join(d),
         None => ctx.root.join("target"),
     };
-    let stage_libs = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
-    for (_, bin) in USERSPACE_BINS {
-        copy_with_libs(
-            root,
-            &target.join("release").join(bin),
-            Some(&Path::new("p2pbuf/bin").join(bin)),
-            Some(&stage_libs),
-            seen,
-        )?;
-    }
-    for (_, lib) in USERSPACE_LIBS {
-        copy_with_libs(
-            root,
-            &target.join("release").join(lib),
-            Some(&Path::new("p2pbuf/lib").join(lib)),
-            Some(&stage_libs),
-            seen,
-        )?;
-    }
     let stage = crate::rdma_core::staging(ctx);
+    let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     let out = target.join("verbs-programs");
     fs::create_dir_all(&out)?;
+    let ldlibs = ["-libverbs".to_string()];
     for (src, name) in VERBS_PROGRAMS {
-        let mut cc = Command::new("gcc");
-        cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", stage.join("usr/include").display()))
-            .arg("-o")
-            .arg(out.join(name))
-            .arg(ctx.root.join(src))
-            .arg(format!("-L{}", stage_libs.display()))
-            .arg(format!("-Wl,-rpath-link,{}", stage_libs.display()))
-            .arg("-libverbs");
-        run_step(ctx, &format!("cc {src}"), "initramfs", &mut cc)?;
-        copy_with_libs(
-            root,
+        let mut cc = c_program_cc(
+            &[],
+            &stage,
+            &stage_libs,
+            &ctx.root.join(src),
             &out.join(name),
-            Some(&Path::new("p2pbuf/bin").join(name)),
-            Some(&stage_libs),
-            seen,
+            &ldlibs,
+        );
+        run_step(ctx, &format!("cc {src}"), "initramfs", &mut cc)?;
+    }
+    let release = target.join("release");
+    let files = (USERSPACE_BINS
+        .iter()
+        .map(|(_, b)| (release.join(b), "p2pbuf/bin", b)))
+    .chain(
+        USERSPACE_LIBS
+            .iter()
+            .map(|(_, l)| (release.join(l), "p2pbuf/lib", l)),
+    )
+    .chain(
+        VERBS_PROGRAMS
+            .iter()
+            .map(|(_, n)| (out.join(n), "p2pbuf/bin", n)),
+    );
+    for (file, dir, name) in files {
+        let dest = Path::new(dir).join(name);
+        copy_with_libs(root, &file, Some(&dest), Some(&stage_libs), seen)?;
+    }
+    Ok(())
+}
+
+/// Copies the trees `from` of the staging root `stage` into `to` of the initramfs `root`
+/// (`cp -a`, over what is there), for each (from, to).
+fn copy_trees(
+    ctx: &Ctx,
+    what: &str,
+    stage: &Path,
+    root: &Path,
+    trees: &[(&str, &str)],
+) -> Result<()> {
+    for (from, to) in trees {
+        run_step(
+            ctx,
+            &format!("copy {what} {from}"),
+            "initramfs",
+            Command::new("cp")
+                .args(["-a", "--remove-destination"])
+                .arg(stage.join(from))
+                .arg(root.join(to)),
         )?;
     }
     Ok(())
@@ -140,18 +156,13 @@ fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
             )?;
         }
     }
-    for (from, to) in [("usr/lib", "usr"), ("etc", ".")] {
-        run_step(
-            ctx,
-            &format!("copy rdma-core {from}"),
-            "initramfs",
-            Command::new("cp")
-                .args(["-a", "--remove-destination"])
-                .arg(stage.join(from))
-                .arg(root.join(to)),
-        )?;
-    }
-    Ok(())
+    copy_trees(
+        ctx,
+        "rdma-core",
+        &stage,
+        root,
+        &[("usr/lib", "usr"), ("etc", ".")],
+    )
 }
 
 /// libfabric from `cargo xtask libfabric`: the library (its verbs, rxm and tcp providers are
@@ -290,12 +301,13 @@ fn links_dynamically(stage_libs: &Path, ldlibs: &[String]) -> bool {
         .any(|l| !stage_libs.join(format!("lib{}.a", &l[2..])).exists())
 }
 
-/// The compiler's command for one selftest: static, against the kernel's selftest harness and
-/// uAPI headers and the exporter's (`incs`). A test that declares libraries
-/// ([`declared_ldlibs`]) is built against rdma-core's staging root (`stage`: its headers and
-/// `stage_libs`), statically unless [`links_dynamically`].
-fn selftest_cc(
-    incs: &[PathBuf],
+/// The compiler's command for one C program of the suite (`-O2 -Wall -Wextra -Werror` and
+/// `flags`: a selftest's are `-D_GNU_SOURCE` and the include directories of the kernel's
+/// selftest harness, its uAPI headers and the exporter's), static and with libpthread. One
+/// that links `ldlibs` ([`declared_ldlibs`]) is built against rdma-core's staging root
+/// (`stage`: its headers and `stage_libs`), statically unless [`links_dynamically`].
+fn c_program_cc(
+    flags: &[String],
     stage: &Path,
     stage_libs: &Path,
     src: &Path,
@@ -306,10 +318,8 @@ fn selftest_cc(
     if !links_dynamically(stage_libs, ldlibs) {
         cc.arg("-static");
     }
-    cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"]);
-    for i in incs {
-        cc.arg(format!("-I{}", i.display()));
-    }
+    cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
+        .args(flags);
     if !ldlibs.is_empty() {
         cc.arg(format!("-I{}", stage.join("usr/include").display()));
     }
@@ -343,12 +353,15 @@ fn build_selftests(
         .collect();
     srcs.sort();
     let ksrc = ctx.ksrc()?;
-    let incs = [
+    let mut flags = vec!["-D_GNU_SOURCE".to_string()];
+    for inc in [
         ksrc.join("tools/testing/selftests"),
         ksrc.join("usr/include"),
         ctx.kbuild().join("usr/include"),
         ctx.root.join("exporter-kmod/include"),
-    ];
+    ] {
+        flags.push(format!("-I{}", inc.display()));
+    }
     let stage = crate::rdma_core::staging(ctx);
     let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     for src in srcs {
@@ -367,7 +380,7 @@ fn build_selftests(
         } else {
             dest.join(&name)
         };
-        let mut cc = selftest_cc(&incs, &stage, &stage_libs, &src, &out, &ldlibs);
+        let mut cc = c_program_cc(&flags, &stage, &stage_libs, &src, &out, &ldlibs);
         run_step(ctx, &format!("cc {src_dir}/{name}.c"), "initramfs", &mut cc)?;
         if dynamic {
             let into = dest.join(&name);
@@ -590,17 +603,8 @@ pub fn pyverbs_initramfs(ctx: &Ctx, main: &Path) -> Result<PathBuf> {
             copy_into(&root, &real, Some(lib.strip_prefix("/").unwrap_or(&lib)))?;
         }
     }
-    for (from, to) in [("usr/lib", "usr"), ("etc", "."), ("usr/share", "usr")] {
-        run_step(
-            ctx,
-            &format!("copy pyverbs build {from}"),
-            "initramfs",
-            Command::new("cp")
-                .args(["-a", "--remove-destination"])
-                .arg(stage.join(from))
-                .arg(root.join(to)),
-        )?;
-    }
+    let trees = [("usr/lib", "usr"), ("etc", "."), ("usr/share", "usr")];
+    copy_trees(ctx, "pyverbs build", &stage, &root, &trees)?;
     // The converter from unittest's results to KTAP (tests/vm/tests/pyverbs_tests.sh runs it).
     fs::create_dir_all(root.join("p2pbuf"))?;
     write_exec(
@@ -663,7 +667,7 @@ mod tests {
         let stage_libs = dir.join("usr/lib/x86_64-linux-gnu");
         fs::create_dir_all(&stage_libs).unwrap();
         let args = |libs: &[String]| -> Vec<String> {
-            let cc = selftest_cc(
+            let cc = c_program_cc(
                 &[],
                 &dir,
                 &stage_libs,

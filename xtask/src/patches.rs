@@ -389,13 +389,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     }
     let needs = series::needs(all, i);
     let dep_files: Vec<PathBuf> = needs.iter().flat_map(|&j| all[j].patches.clone()).collect();
-    let deps: Vec<ToCommit> = dep_files
-        .iter()
-        .map(|f| ToCommit {
-            file: f,
-            trailers: &[],
-        })
-        .collect();
+    let deps = ToCommit::each(&dep_files, &[]);
     let dep_commits = commit_patches(ctx, BASE, &deps, Some(me))
         .with_context(|| format!("{}: its dependencies do not apply to {BASE}", s.id()))?;
     let under = dep_commits
@@ -403,14 +397,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .cloned()
         .unwrap_or_else(|| BASE.to_string());
     let trailers = mail::emit_trailers(s.meta.stable, me);
-    let own: Vec<ToCommit> = s
-        .patches
-        .iter()
-        .map(|f| ToCommit {
-            file: f,
-            trailers: &trailers,
-        })
-        .collect();
+    let own = ToCommit::each(&s.patches, &trailers);
     let commits = commit_patches(ctx, &under, &own, Some(me)).with_context(|| {
         format!(
             "{} does not apply to {BASE}{}",

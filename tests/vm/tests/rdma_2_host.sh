@@ -7,11 +7,7 @@
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 ktap_plan 11
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 
 SIZE=16M
 PORT=7471

@@ -16,11 +16,7 @@ DMABUF_MR=${DMABUF_MR:-supported}
 if [ "$DMABUF_MR" = supported ]; then BAD=22; else BAD=95; fi
 ktap_plan 14
 echo "# expecting dma-buf MRs to be: $DMABUF_MR (bad registrations: errno $BAD)"
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 
 # reg_dmabuf NAME ARGS...: a registration that is right, so it is refused only for lack of
 # support.
@@ -106,9 +102,7 @@ if [ -e /dev/p2pbuf ]; then
 		ktap_skip "RDMA WRITE into device memory" "dma-buf MRs unsupported by this kernel's rxe"
 	fi
 else
-	p2pbuf rdma reg --buf p2pbuf --size 4M >/tmp/reg.txt 2>&1
-	rc=$?
-	comment /tmp/reg.txt
+	logged /tmp/reg.txt p2pbuf rdma reg --buf p2pbuf --size 4M
 	if [ $rc -eq 69 ] && grep -q "/dev/p2pbuf does not exist" /tmp/reg.txt; then
 		ktap_skip "ibv_reg_dmabuf_mr of p2pbuf device memory" "no /dev/p2pbuf (exporter not loaded); p2pbuf says so (exit 69)"
 	else

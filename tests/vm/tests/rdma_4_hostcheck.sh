@@ -13,11 +13,7 @@
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 ktap_plan 10
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 DBG=/sys/kernel/debug/p2pbuf/buffers
 if [ ! -e /dev/p2pbuf ] || [ ! -r $DBG ]; then
 	for i in 2 3 4 5 6 7 8 9 10; do ktap_skip "RDMA into device memory, host check $i" "no /dev/p2pbuf or no $DBG"; done

@@ -21,11 +21,7 @@
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 ktap_plan 15
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 DRV=/sys/bus/pci/drivers/p2pbuf_exporter
 GPU=$(pci_find $GPU_ID)
 PCI=$(basename "$GPU")
@@ -136,9 +132,7 @@ crc=$?
 comment /tmp/rv_w.txt
 ktap_check "client: the write loop into the revoked buffer's MR ends with IBV_WC_REM_ACCESS_ERR (exit $crc)" \
 	sh -c "[ $crc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w.txt"
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$((PORT + 1))" --size 1M --pattern 45 >/tmp/rv_w2.txt 2>&1
-rc=$?
-comment /tmp/rv_w2.txt
+logged /tmp/rv_w2.txt timeout 60 p2pbuf rdma write --server "$RXE_IP:$((PORT + 1))" --size 1M --pattern 45
 ktap_check "another buffer's MR, not revoked, still takes an RDMA WRITE, verified (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w2.txt"
 wait $srva
@@ -147,9 +141,7 @@ comment /tmp/rv_a.txt
 ktap_check "server of the revoked buffer: ibv_dereg_mr succeeds, the fd is closed" \
 	grep -q 'deregistered the MR' /tmp/rv_a.txt
 
-p2pbuf rdma reg --buf p2pbuf --size 64k --revoke-race 300 >/tmp/rv_race.txt 2>&1
-rc=$?
-comment /tmp/rv_race.txt
+logged /tmp/rv_race.txt p2pbuf rdma reg --buf p2pbuf --size 64k --revoke-race 300
 ktap_check "300 registrations racing a revoke of their buffer: each registered or refused with ENODEV or EINVAL (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '^revoke race on' /tmp/rv_race.txt"
 

@@ -40,6 +40,7 @@
 
 #include <infiniband/driver.h>
 #include <infiniband/verbs.h>
+#include "check_util.h"
 
 #define DMA_BUF_MAGIC 0x444d4142
 
@@ -60,29 +61,6 @@ static bool check(bool cond, const char *fmt, ...)
 		failures++;
 	fflush(stdout);
 	return cond;
-}
-
-static double now_us(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;
 }
 
 /* ---- stderr capture: the library's messages ---- */

@@ -89,3 +89,58 @@ impl std::os::fd::AsFd for Opened {
         self.file.as_fd()
     }
 }
+
+#[cfg(p2pbuf_uapi)]
+impl Opened {
+    /// The error of a failed ioctl `what` on this device. ENOTTY means the node does not
+    /// answer the uAPI of `module` (e.g. "p2pbuf exporter") this library speaks; any other
+    /// errno says to `check`.
+    pub fn ioctl_error(
+        &self,
+        module: &str,
+        what: String,
+        e: rustix::io::Errno,
+        check: String,
+    ) -> Error {
+        let check = if e == rustix::io::Errno::NOTTY {
+            format!(
+                "{} does not answer this uAPI: is it the {module}, of the same version as this library?",
+                self.path.display()
+            )
+        } else {
+            check
+        };
+        Error::os_check(what, e, check)
+    }
+}
+
+/// The size of uAPI struct `T`, for its `size` field (the extensible-struct rule).
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn struct_size<T>() -> u32 {
+    std::mem::size_of::<T>() as u32
+}
+
+/// `open()` (of the module's `DEVICE`), `open_at()` and `path()` of a device handle type
+/// `$handle { dev: Opened }` whose open errors are those of the [`Device`] `$device`.
+macro_rules! device_handle {
+    ($handle:ident, $device:ident) => {
+        impl $handle {
+            /// Open [`DEVICE`].
+            pub fn open() -> Result<Self> {
+                Self::open_at(DEVICE)
+            }
+
+            /// Open the device at `path`.
+            pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
+                let dev = $device.open(path.as_ref())?;
+                Ok($handle { dev })
+            }
+
+            /// The device path.
+            pub fn path(&self) -> &Path {
+                &self.dev.path
+            }
+        }
+    };
+}
+pub(crate) use device_handle;

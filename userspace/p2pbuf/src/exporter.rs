@@ -110,54 +110,25 @@ const EXPORTER: Device = Device {
     denied: "the device is root-only by default",
 };
 
-impl Exporter {
-    /// Open [`DEVICE`].
-    pub fn open() -> Result<Self> {
-        Self::open_at(DEVICE)
-    }
-
-    /// Open the device at `path`.
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        Ok(Exporter {
-            dev: EXPORTER.open(path.as_ref())?,
-        })
-    }
-
-    /// The device path.
-    pub fn path(&self) -> &Path {
-        &self.dev.path
-    }
-}
+crate::device::device_handle!(Exporter, EXPORTER);
 
 #[cfg(p2pbuf_uapi)]
 mod imp {
     use std::os::fd::AsFd;
 
     use super::*;
+    use crate::device::struct_size;
     use crate::sys::{self, uapi};
 
-    fn size_of<T>() -> u32 {
-        std::mem::size_of::<T>() as u32
-    }
-
     fn ioctl_error(ex: &Exporter, what: String, e: rustix::io::Errno, check: &str) -> Error {
-        use rustix::io::Errno;
-        let check = if e == Errno::NOTTY {
-            format!(
-                "{} does not answer this uAPI: is it the p2pbuf exporter, of the same version as this library?",
-                ex.path().display()
-            )
-        } else {
-            check.to_string()
-        };
-        Error::os_check(what, e, check)
+        ex.dev.ioctl_error("p2pbuf exporter", what, e, check.into())
     }
 
     impl Exporter {
         /// `P2PBUF_IOCTL_INFO`.
         pub fn info(&self) -> Result<ExporterInfo> {
             let mut a = uapi::p2pbuf_info {
-                size: size_of::<uapi::p2pbuf_info>(),
+                size: struct_size::<uapi::p2pbuf_info>(),
                 ..Default::default()
             };
             sys::p2pbuf_info(self.dev.as_fd(), &mut a).map_err(|e| {
@@ -192,7 +163,7 @@ mod imp {
 
         fn provider_info(&self, id: u32, flags: u32) -> Result<Provider> {
             let mut a = uapi::p2pbuf_provider_info {
-                size: size_of::<uapi::p2pbuf_provider_info>(),
+                size: struct_size::<uapi::p2pbuf_provider_info>(),
                 id,
                 flags,
                 ..Default::default()
@@ -255,7 +226,7 @@ mod imp {
             uninitialized: bool,
         ) -> Result<Allocation> {
             let mut a = uapi::p2pbuf_alloc {
-                size: size_of::<uapi::p2pbuf_alloc>(),
+                size: struct_size::<uapi::p2pbuf_alloc>(),
                 length,
                 provider,
                 fd: -1,
@@ -285,7 +256,7 @@ mod imp {
         /// exporter refused for `buf` (a p2pbuf dma-buf), with the reason.
         pub fn refusals(&self, buf: &DmaBuf) -> Result<BufferRefusals> {
             let mut a = uapi::p2pbuf_refusal {
-                size: size_of::<uapi::p2pbuf_refusal>(),
+                size: struct_size::<uapi::p2pbuf_refusal>(),
                 fd: std::os::fd::AsRawFd::as_raw_fd(buf),
                 ..Default::default()
             };
@@ -325,7 +296,7 @@ mod imp {
         /// later maps and mmaps fail with ENODEV; the fds stay open.
         pub fn revoke(&self, buf: &DmaBuf) -> Result<()> {
             let mut a = uapi::p2pbuf_revoke {
-                size: size_of::<uapi::p2pbuf_revoke>(),
+                size: struct_size::<uapi::p2pbuf_revoke>(),
                 fd: std::os::fd::AsRawFd::as_raw_fd(buf),
                 flags: 0,
             };

@@ -73,6 +73,37 @@ pub struct BenchArgs {
     port: u16,
 }
 
+/// One timed registration of `kind` and its deregistration: a `BENCH rdma_reg` line with both
+/// times, or a `#` line saying why the registration failed (then `None`). Returns what the
+/// deregistration gave back.
+fn timed_reg<M, T>(
+    kind: &str,
+    size: usize,
+    rep: u32,
+    reg: impl FnOnce() -> p2pbuf::Result<M>,
+    dereg: impl FnOnce(M) -> p2pbuf::Result<T>,
+) -> p2pbuf::Result<Option<T>> {
+    let t = Instant::now();
+    let r = reg();
+    let reg_time = t.elapsed();
+    match r {
+        Ok(mr) => {
+            let t = Instant::now();
+            let back = dereg(mr)?;
+            println!(
+                "BENCH rdma_reg kind={kind} size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                us(reg_time),
+                us(t.elapsed())
+            );
+            Ok(Some(back))
+        }
+        Err(e) => {
+            println!("# rdma_reg kind={kind} size={size} rep={rep}: {e}");
+            Ok(None)
+        }
+    }
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -166,60 +197,17 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
         for rep in 0..a.reps {
             progress(&format!("repetition {}/{}", rep + 1, a.reps));
             if let Some(d) = &dmabuf {
-                let t = Instant::now();
-                let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
-                let reg = t.elapsed();
-                match r {
-                    Ok(mr) => {
-                        let t = Instant::now();
-                        mr.dereg()?;
-                        let dereg = t.elapsed();
-                        println!(
-                            "BENCH rdma_reg kind=dmabuf size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                            us(reg),
-                            us(dereg)
-                        );
-                    }
-                    Err(e) => println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}"),
-                }
+                let reg = || pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
+                timed_reg("dmabuf", size, rep, reg, |mr| mr.dereg())?;
             }
             if let Some(h) = host.take() {
-                let t = Instant::now();
-                let r = pd.reg_mr(h, access);
-                let reg = t.elapsed();
-                match r {
-                    Ok(mr) => {
-                        let t = Instant::now();
-                        let h = mr.dereg()?;
-                        let dereg = t.elapsed();
-                        println!(
-                            "BENCH rdma_reg kind=host size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                            us(reg),
-                            us(dereg)
-                        );
-                        host = Some(h);
-                    }
-                    Err(e) => println!("# rdma_reg kind=host size={size} rep={rep}: {e}"),
-                }
+                host = timed_reg("host", size, rep, || pd.reg_mr(h, access), |mr| mr.dereg())?;
             }
             if a.cold && host_ok {
                 let h = host_mem(size)?;
-                let t = Instant::now();
-                let r = pd.reg_mr(h, access);
-                let reg = t.elapsed();
-                match r {
-                    Ok(mr) => {
-                        let t = Instant::now();
-                        drop(mr.dereg()?);
-                        let dereg = t.elapsed();
-                        println!(
-                            "BENCH rdma_reg kind=host_cold size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                            us(reg),
-                            us(dereg)
-                        );
-                    }
-                    Err(e) => println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}"),
-                }
+                // The unmap counts in the dereg time, as when the buffer dies with the MR.
+                let dereg = |mr: p2pbuf_rdma::HostMr| mr.dereg().map(drop);
+                timed_reg("host_cold", size, rep, || pd.reg_mr(h, access), dereg)?;
             }
         }
         progress("freeing the buffers (not timed)");
@@ -344,39 +332,24 @@ fn point(
     hello: &session::Hello,
     a: &BenchArgs,
 ) -> p2pbuf::Result<(f64, f64)> {
+    // `count` writes of `size` bytes from the start of `local` to the server's buffer.
+    let writes = |count, depth, on_done: &mut dyn FnMut(u64)| {
+        let (addr, rkey) = (hello.addr, hello.rkey);
+        conn.rdma_many(Op::Write, local, 0, size, addr, rkey, count, depth, on_done)
+    };
     let lat_n = (2u64 << 20).checked_div(size).unwrap_or(1).clamp(2, 32);
     let mut times = Vec::with_capacity(lat_n as usize);
     let mut last = Instant::now();
-    conn.rdma_many(
-        Op::Write,
-        local,
-        0,
-        size,
-        hello.addr,
-        hello.rkey,
-        lat_n,
-        1,
-        &mut |_| {
-            let now = Instant::now();
-            times.push(us(now - last));
-            last = now;
-        },
-    )?;
+    writes(lat_n, 1, &mut |_| {
+        let now = Instant::now();
+        times.push(us(now - last));
+        last = now;
+    })?;
     times.sort_by(f64::total_cmp);
     let lat = times[times.len() / 2];
     let bw_n = (a.bw_bytes as u64 / size).clamp(2, 1024);
     let t = Instant::now();
-    conn.rdma_many(
-        Op::Write,
-        local,
-        0,
-        size,
-        hello.addr,
-        hello.rkey,
-        bw_n,
-        a.depth,
-        &mut |_| {},
-    )?;
+    writes(bw_n, a.depth, &mut |_| {})?;
     let mibps = (bw_n * size) as f64 / 1048576.0 / t.elapsed().as_secs_f64().max(1e-9);
     Ok((mibps, lat))
 }
