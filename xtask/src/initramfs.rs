@@ -365,11 +365,7 @@ fn build_selftests(
     let stage = crate::rdma_core::staging(ctx);
     let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     for src in srcs {
-        let name = src
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let name = crate::util::file_stem(&src);
         let ldlibs = declared_ldlibs(&fs::read_to_string(&src)?);
         // A dynamic program is built outside the initramfs and copied in with its libraries.
         let dynamic = links_dynamically(&stage_libs, &ldlibs);
@@ -441,11 +437,7 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     // The in-VM suite: shell tests and the runner.
     for e in fs::read_dir(ctx.root.join("tests/vm"))? {
         let p = e?.path();
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let name = crate::util::file_name(&p);
         if name.ends_with(".sh") {
             write_exec(&root.join("p2pbuf").join(&name), &p)?;
         }

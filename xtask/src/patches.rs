@@ -466,11 +466,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     let mut checks = Vec::new();
     for (f, c) in patches.iter().zip(&commits) {
         let mut pc = PatchCheck {
-            name: f
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned(),
+            name: crate::util::file_name(f),
             ..PatchCheck::default()
         };
         checkpatch(&ksrc, f, &mut pc)?;
@@ -682,11 +678,7 @@ fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> R
         let n = s.patches.len();
         for (i, f) in s.patches.iter().enumerate() {
             let step = i + 1;
-            let name = f
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
+            let name = crate::util::file_name(f);
             let title = format!("{} [{step}/{n}]", s.id);
             run_step(
                 ctx,

@@ -65,11 +65,7 @@ fn unpack_patched(ctx: &Ctx, tb: &Path, src: &Path, patches: &[PathBuf], log: &s
             .arg(src),
     )?;
     for p in patches {
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let name = crate::util::file_name(p);
         run_step(
             ctx,
             &format!("patch rdma-core: {name}"),

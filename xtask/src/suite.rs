@@ -3,7 +3,7 @@
 //! VM command starts with.
 
 use crate::qemu::{Mode, Topology, VmFiles};
-use crate::util::{heading, Ctx, Flavour};
+use crate::util::{file_name, file_stem, heading, Ctx, Flavour};
 use crate::{boots, fabric, hostcheck, initramfs, kernel, ktap, modules, nodes, rdma_core, setup};
 use crate::{vmrun, BuildOpts, VmOpts};
 use anyhow::{bail, Result};
@@ -75,23 +75,15 @@ fn test_names_in(root: &Path) -> Vec<String> {
             })
             .unwrap_or_default()
     };
-    let name = |p: &Path| {
-        p.file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned()
-    };
-    let mut v: Vec<String> = files("tests/vm/tests").iter().map(|p| name(p)).collect();
+    let mut v: Vec<String> = files("tests/vm/tests")
+        .iter()
+        .map(|p| file_name(p))
+        .collect();
     v.extend(
         files("tests/selftests")
             .iter()
             .filter(|p| p.extension().is_some_and(|x| x == "c"))
-            .map(|p| {
-                p.file_stem()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            }),
+            .map(|p| file_stem(p)),
     );
     v.sort();
     v
@@ -225,19 +217,11 @@ fn vm_test(
         cfg.cpu
     ));
     let t = Duration::from_secs(timeout);
-    let w = vmrun::Watch {
-        timeout: t,
-        echo_console: false,
-        print_results: true,
-        print_progress: false,
-        label: boot.map_or("test".into(), |b| {
-            if b.name == "main" {
-                "test".into()
-            } else {
-                format!("test-{}", b.name)
-            }
-        }),
+    let label = match boot {
+        Some(b) if b.name != "main" => format!("test-{}", b.name),
+        _ => "test".into(),
     };
+    let w = vmrun::Watch::new(label, t, vmrun::Show::Results);
     let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
     let (mut p, mut f, mut s) = o.parser.counts();
     let mut fails = vmrun::failures(&o, t);

@@ -41,6 +41,32 @@ pub struct Watch {
     pub label: String,
 }
 
+/// What a watched run prints as it goes (besides its log files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Show {
+    /// Nothing.
+    Nothing,
+    /// The console.
+    Console,
+    /// The KTAP results.
+    Results,
+    /// The progress lines of the second serial port.
+    Progress,
+}
+
+impl Watch {
+    /// A run named `label` (its console log's name) that may take `timeout`.
+    pub fn new(label: impl Into<String>, timeout: Duration, show: Show) -> Self {
+        Watch {
+            timeout,
+            echo_console: show == Show::Console,
+            print_results: show == Show::Results,
+            print_progress: show == Show::Progress,
+            label: label.into(),
+        }
+    }
+}
+
 fn spawn(cfg: &VmConfig, files: &VmFiles) -> Result<(Child, mpsc::Receiver<String>)> {
     let (reader, writer) = std::io::pipe()?;
     let mut cmd = Command::new(QEMU);

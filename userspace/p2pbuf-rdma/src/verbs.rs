@@ -316,15 +316,9 @@ impl Context {
                 None,
             ));
         }
-        let fw: Vec<u8> = a
-            .fw_ver
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
         let g = u64::from_be(a.node_guid).to_be_bytes();
         Ok(DeviceAttr {
-            fw_ver: String::from_utf8_lossy(&fw).into_owned(),
+            fw_ver: p2pbuf::c_chars_lossy(&a.fw_ver),
             node_guid: format!(
                 "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
                 g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]

@@ -176,15 +176,9 @@ mod imp {
                     "ENOENT: no provider was ever bound with that id (list them with `p2pbuf info`)",
                 )
             })?;
-            let name: Vec<u8> = a
-                .pci_name
-                .iter()
-                .take_while(|c| **c != 0)
-                .map(|c| *c as u8)
-                .collect();
             Ok(Provider {
                 id: a.id,
-                pci_name: String::from_utf8_lossy(&name).into_owned(),
+                pci_name: crate::c_chars_lossy(&a.pci_name),
                 bar: a.bar,
                 bar_size: a.bar_size,
                 total: a.total,
@@ -268,14 +262,7 @@ mod imp {
                     "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
                 )
             })?;
-            let text = |b: &[std::ffi::c_char]| {
-                let v: Vec<u8> = b
-                    .iter()
-                    .take_while(|c| **c != 0)
-                    .map(|c| *c as u8)
-                    .collect();
-                String::from_utf8_lossy(&v).into_owned()
-            };
+            let text = crate::c_chars_lossy;
             let last = (a.reason != uapi::P2PBUF_REFUSAL_NONE).then(|| Refusal {
                 device: text(&a.device),
                 reason: match a.reason {

@@ -53,6 +53,17 @@ mod sys;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+/// The text of a NUL-terminated C `char` array (a uAPI or verbs struct's name field), up to
+/// its first NUL (the whole array if it has none), invalid UTF-8 replaced.
+pub fn c_chars_lossy(chars: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .map(|c| *c as u8)
+        .take_while(|c| *c != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 pub use dmabuf::DmaBuf;
 pub use error::{Error, Result};
 pub use fdinfo::DmaBufInfo;
