@@ -120,11 +120,20 @@ pub(crate) fn struct_size<T>() -> u32 {
     std::mem::size_of::<T>() as u32
 }
 
-/// `open()` (of the module's `DEVICE`), `open_at()` and `path()` of a device handle type
-/// `$handle { dev: Opened }` whose open errors are those of the [`Device`] `$device`.
+/// A device handle type `$handle { dev: Opened }` (with the doc comment given) whose open
+/// errors are those of the [`Device`] `$device`, with its `open()` (of the module's
+/// `DEVICE`), `open_at()` and `path()`.
 macro_rules! device_handle {
-    ($handle:ident, $device:ident) => {
+    ($(#[$doc:meta])* $handle:ident, $device:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $handle {
+            dev: $crate::device::Opened,
+        }
+
         impl $handle {
+            const DEVICE_NODE: $crate::device::Device = $device;
+
             /// Open [`DEVICE`].
             pub fn open() -> Result<Self> {
                 Self::open_at(DEVICE)
@@ -132,7 +141,7 @@ macro_rules! device_handle {
 
             /// Open the device at `path`.
             pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-                let dev = $device.open(path.as_ref())?;
+                let dev = Self::DEVICE_NODE.open(path.as_ref())?;
                 Ok($handle { dev })
             }
 

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::device::{Device, Opened};
+use crate::device::Device;
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -98,19 +98,15 @@ pub struct Allocation {
     pub offset: u64,
 }
 
-/// An open `/dev/p2pbuf`.
-#[derive(Debug)]
-pub struct Exporter {
-    dev: Opened,
-}
-
-const EXPORTER: Device = Device {
-    name: "the p2pbuf exporter",
-    missing: "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)",
-    denied: "the device is root-only by default",
-};
-
-crate::device::device_handle!(Exporter, EXPORTER);
+crate::device::device_handle!(
+    /// An open `/dev/p2pbuf`.
+    Exporter,
+    Device {
+        name: "the p2pbuf exporter",
+        missing: "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)",
+        denied: "the device is root-only by default",
+    }
+);
 
 #[cfg(p2pbuf_uapi)]
 mod imp {

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::device::{Device, Opened};
+use crate::device::Device;
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -131,19 +131,15 @@ pub struct CopyDone {
     pub nr_transfers: u32,
 }
 
-/// An open `/dev/p2pbuf-dma`. Handles belong to it and are released when it is dropped.
-#[derive(Debug)]
-pub struct Engine {
-    dev: Opened,
-}
-
-const ENGINE: Device = Device {
-    name: "the DMA engine importer",
-    missing: "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)",
-    denied: "the device is root-only (mode 0600)",
-};
-
-crate::device::device_handle!(Engine, ENGINE);
+crate::device::device_handle!(
+    /// An open `/dev/p2pbuf-dma`. Handles belong to it and are released when it is dropped.
+    Engine,
+    Device {
+        name: "the DMA engine importer",
+        missing: "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)",
+        denied: "the device is root-only (mode 0600)",
+    }
+);
 
 #[cfg(p2pbuf_uapi)]
 mod imp {

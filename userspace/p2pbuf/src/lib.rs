@@ -32,6 +32,23 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// `AsFd` and `AsRawFd` of a type that owns an fd in its field `$field`.
+macro_rules! owns_fd {
+    ($t:ty, $field:ident) => {
+        impl std::os::fd::AsFd for $t {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                self.$field.as_fd()
+            }
+        }
+
+        impl std::os::fd::AsRawFd for $t {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.$field.as_raw_fd()
+            }
+        }
+    };
+}
+
 pub mod error;
 pub mod exporter;
 pub mod fdinfo;
