@@ -483,21 +483,19 @@ mod tests {
             scan_console("[   41.200000] kmemleak: Kernel memory leak detector disabled").is_none()
         );
         assert_eq!(
-            scan_console("[   41.100000] kmemleak: Cannot allocate a kmemleak_object structure")
-                .map(|p| p.kind),
+            kind("[   41.100000] kmemleak: Cannot allocate a kmemleak_object structure"),
             Some("kmemleak")
         );
         assert_eq!(
-            scan_console("[   12.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2").map(|p| p.kind),
+            kind("[   12.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2"),
             Some("WARN")
         );
         assert_eq!(
-            scan_console("[   3.0] BUG: kernel NULL pointer dereference, address: 0")
-                .map(|p| p.kind),
+            kind("[   3.0] BUG: kernel NULL pointer dereference, address: 0"),
             Some("BUG")
         );
         assert_eq!(
-            scan_console("unreferenced object 0xffff888003d1e000 (size 64):").map(|p| p.kind),
+            kind("unreferenced object 0xffff888003d1e000 (size 64):"),
             Some("kmemleak")
         );
         assert!(scan_console("[    1.0] nvme nvme0: 1/0/0 default/read/poll queues").is_none());

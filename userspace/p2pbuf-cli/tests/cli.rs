@@ -17,6 +17,12 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `o` exited 69 (EX_UNAVAILABLE) and its stderr says `says`.
+fn assert_unavailable(o: &std::process::Output, says: &str) {
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(o));
+    assert!(stderr(o).contains(says), "{}", stderr(o));
+}
+
 #[test]
 fn info_rejects_a_device_node() {
     let o = p2pbuf(&["info", "/dev/null"]);
@@ -102,8 +108,7 @@ fn rdma_serve_without_a_device_says_how_to_get_one() {
         return;
     }
     let o = p2pbuf(&["rdma", "serve", "--size", "1M", "--timeout", "1"]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("rdma link add rxe0"), "{}", stderr(&o));
+    assert_unavailable(&o, "rdma link add rxe0");
     let o = p2pbuf(&["--json", "rdma", "reg", "--buf", "host", "--size", "4096"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -128,8 +133,7 @@ fn alloc_from_a_missing_exporter_is_unavailable() {
         return;
     }
     let o = p2pbuf(&["alloc", "--kind", "p2pbuf", "--size", "4096"]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("/dev/p2pbuf"), "{}", stderr(&o));
+    assert_unavailable(&o, "/dev/p2pbuf");
 }
 
 #[test]
@@ -142,8 +146,7 @@ fn nvme_without_the_drive_is_unavailable() {
         "--len",
         "4k",
     ]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert_unavailable(&o, "does not exist");
 }
 
 #[test]
@@ -235,6 +238,5 @@ fn alloc_surface_reaches_the_exporter() {
         "--format",
         "NV12",
     ]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("/dev/udmabuf"), "{}", stderr(&o));
+    assert_unavailable(&o, "/dev/udmabuf");
 }
