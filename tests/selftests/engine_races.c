@@ -167,9 +167,7 @@ FIXTURE_TEARDOWN(engine_races)
 	if (self->p2p < 0)
 		return;
 	EXPECT_EQ(0, ensure_bound(IMPORTER_DRV, self->edu));
-	/* Whatever the test did, the provider's memory is all back. */
-	EXPECT_EQ(self->free0, provider_free(self->p2p));
-	EXPECT_EQ(self->avail0, pool_avail(self->gpu));
+	expect_memory_back(_metadata, self->p2p, self->gpu, self->free0, self->avail0);
 	close(self->p2p);
 }
 

@@ -204,9 +204,7 @@ FIXTURE_TEARDOWN(races)
 	if (self->p2p < 0)
 		return;
 	EXPECT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
-	/* Whatever the test did, the provider's memory is all back, as the kernel counts it too. */
-	EXPECT_EQ(self->free0, provider_free(self->p2p));
-	EXPECT_EQ(self->avail0, pool_avail(self->pci));
+	expect_memory_back(_metadata, self->p2p, self->pci, self->free0, self->avail0);
 	close(self->p2p);
 }
 

@@ -120,6 +120,17 @@ RACES_HELPER long long provider_free(int p2p)
 	return r ? r : (long long)p.free;
 }
 
+/*
+ * In a teardown: whatever the test did, the provider's memory is all back (free0, as the
+ * first bound provider counts it, and avail0, as the p2pmem pool of pool_pci counts it).
+ */
+RACES_HELPER void expect_memory_back(struct __test_metadata *_metadata, int p2p,
+				     const char *pool_pci, long long free0, long long avail0)
+{
+	EXPECT_EQ(free0, provider_free(p2p));
+	EXPECT_EQ(avail0, pool_avail(pool_pci));
+}
+
 RACES_HELPER int p2p_revoke(int p2p, int fd)
 {
 	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd };

@@ -426,8 +426,7 @@ mod tests {
 
     #[test]
     fn nested_kunit_counts_leaves() {
-        let text = "KTAP version 1\n1..1\n    KTAP version 1\n    # Subtest: dma_buf\n    1..2\n    ok 1 export\n    not ok 2 revoke\nnot ok 1 dma_buf\n";
-        let p = parse(text);
+        let p = parse("KTAP version 1\n1..1\n    KTAP version 1\n    # Subtest: dma_buf\n    1..2\n    ok 1 export\n    not ok 2 revoke\nnot ok 1 dma_buf\n");
         assert_eq!(p.counts(), (1, 1, 0));
         assert_eq!(p.results[1].path, "dma_buf/revoke");
         assert!(!p.results[2].leaf);
@@ -435,8 +434,7 @@ mod tests {
 
     #[test]
     fn kselftest_hash_prefixed_nesting() {
-        let text = "TAP version 13\n1..1\n# TAP version 13\n# 1..2\n# ok 1 alloc_4k\n# ok 2 alloc_zero # SKIP x\nok 1 selftests: p2pbuf: exporter\n";
-        let p = parse(text);
+        let p = parse("TAP version 13\n1..1\n# TAP version 13\n# 1..2\n# ok 1 alloc_4k\n# ok 2 alloc_zero # SKIP x\nok 1 selftests: p2pbuf: exporter\n");
         assert_eq!(p.counts(), (1, 0, 1));
         assert_eq!(p.results[0].path, "selftests: p2pbuf: exporter/alloc_4k");
     }
