@@ -24,8 +24,6 @@
 
 #define EDU_VENDOR "0x1234"
 #define EDU_DEVICE "0x11e8"
-#define IVSHMEM_VENDOR "0x1af4"
-#define IVSHMEM_DEVICE "0x1110"
 #define ENGINE_UNBIND IMPORTER_DRV "/unbind"
 
 /* Guest seconds an unbind of the engine may take (it waits for a copy in flight: at most one
@@ -128,6 +126,7 @@ FIXTURE(engine_races) {
 
 FIXTURE_SETUP(engine_races)
 {
+	const char *why;
 	int r;
 
 	self->p2p = self->dma = -1;
@@ -136,17 +135,11 @@ FIXTURE_SETUP(engine_races)
 		SKIP(return, "no edu device (the DMA engine) on this boot");
 	if (access(IMPORTER_DRV, F_OK))
 		SKIP(return, "p2pbuf_importer is not loaded");
-	if (p2pbuf_pci_find(IVSHMEM_VENDOR, IVSHMEM_DEVICE, self->gpu, sizeof(self->gpu)))
-		SKIP(return, "no ivshmem-plain device (the emulated GPU memory) on this boot");
-	if (access(EXPORTER_DRV, F_OK))
-		SKIP(return, "p2pbuf_exporter is not loaded");
+	why = exporter_ready(_metadata, self->gpu, sizeof(self->gpu), &self->p2p);
+	if (why)
+		SKIP(return, "%s", why);
 	r = ensure_bound(IMPORTER_DRV, self->edu);
 	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_importer: %s", self->edu, strerror(-r));
-	r = ensure_bound(EXPORTER_DRV, self->gpu);
-	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_exporter: %s", self->gpu, strerror(-r));
-	self->p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
-	if (self->p2p < 0)
-		SKIP(return, "no %s: %s", P2P_DEV, strerror(errno));
 	self->dma = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	if (self->dma < 0)
 		SKIP(return, "no %s: %s", DMA_DEV, strerror(errno));

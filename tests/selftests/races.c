@@ -38,8 +38,6 @@
 #include "kselftest_harness.h"
 #include "races.h"
 
-#define IVSHMEM_VENDOR "0x1af4"
-#define IVSHMEM_DEVICE "0x1110"
 #define UNBIND EXPORTER_DRV "/unbind"
 
 enum { MODE_RT, MODE_FREE };
@@ -161,22 +159,16 @@ static void add_kid(FIXTURE_DATA(races) *self, pid_t pid)
 FIXTURE_SETUP(races)
 {
 	struct p2pbuf_provider_info p;
-	int r;
+	const char *why;
 
 	self->p2p = -1;
 	self->timeline = -1;
 	self->unbinder = 0;
 	self->nkids = 0;
-	if (p2pbuf_pci_find(IVSHMEM_VENDOR, IVSHMEM_DEVICE, self->pci, sizeof(self->pci)))
-		SKIP(return, "no ivshmem-plain device (the emulated GPU memory) on this boot");
-	if (access(EXPORTER_DRV, F_OK))
-		SKIP(return, "p2pbuf_exporter is not loaded");
 	/* A test before may have failed to rebind: the fixture always starts bound. */
-	r = ensure_bound(EXPORTER_DRV, self->pci);
-	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_exporter: %s", self->pci, strerror(-r));
-	self->p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
-	if (self->p2p < 0)
-		SKIP(return, "no %s: %s", P2P_DEV, strerror(errno));
+	why = exporter_ready(_metadata, self->pci, sizeof(self->pci), &self->p2p);
+	if (why)
+		SKIP(return, "%s", why);
 	ASSERT_EQ(0, p2p_provider(self->p2p, &p));
 	ASSERT_STREQ(self->pci, p.pci_name);
 	self->total = p.total;

@@ -31,6 +31,9 @@
 
 #define PAGE 4096UL
 #define P2P_DEV "/dev/p2pbuf"
+/* The emulated GPU memory (QEMU ivshmem-plain), PCI vendor and device. */
+#define IVSHMEM_VENDOR "0x1af4"
+#define IVSHMEM_DEVICE "0x1110"
 #define DMA_DEV "/dev/p2pbuf-dma"
 #define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
 #define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
@@ -166,6 +169,31 @@ RACES_HELPER int ensure_bound(const char *drv, const char *pci)
 			usleep(100 * 1000);
 	}
 	return 0;
+}
+
+/*
+ * In a fixture's setup: the emulated GPU memory (ivshmem-plain) into pci (len bytes), bound to
+ * the exporter (again, if a test before failed to rebind it), and /dev/p2pbuf opened into *p2p.
+ * NULL, or why the boot cannot run the test (a SKIP reason).
+ */
+RACES_HELPER const char *exporter_ready(struct __test_metadata *_metadata, char *pci,
+					size_t len, int *p2p)
+{
+	static char why[128];
+	int r;
+
+	if (p2pbuf_pci_find(IVSHMEM_VENDOR, IVSHMEM_DEVICE, pci, len))
+		return "no ivshmem-plain device (the emulated GPU memory) on this boot";
+	if (access(EXPORTER_DRV, F_OK))
+		return "p2pbuf_exporter is not loaded";
+	r = ensure_bound(EXPORTER_DRV, pci);
+	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_exporter: %s", pci, strerror(-r));
+	*p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
+	if (*p2p < 0) {
+		snprintf(why, sizeof(why), "no %s: %s", P2P_DEV, strerror(errno));
+		return why;
+	}
+	return NULL;
 }
 
 /*
