@@ -173,6 +173,27 @@ impl Tried {
     }
 }
 
+/// The end of a command that checks what it did: its last text line (`OK` or `FAILED`,
+/// unless `json`), and an [`Error::Protocol`] (`what` was checked, `detail` says how it
+/// failed) when not `ok`.
+pub fn verdict(
+    ok: bool,
+    json: bool,
+    what: String,
+    detail: impl FnOnce() -> String,
+) -> p2pbuf::Result<()> {
+    if !json {
+        println!("{}", if ok { "OK" } else { "FAILED" });
+    }
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Protocol {
+        what,
+        detail: detail(),
+    })
+}
+
 /// Map `buf`, read its first bytes inside a SYNC bracket, and report.
 pub fn try_mmap(buf: &DmaBuf) -> Outcome {
     let r = (|| {

@@ -116,6 +116,15 @@ mod imp {
     use crate::device::struct_size;
     use crate::sys::{self, uapi};
 
+    /// `map_err` of a failed ioctl `what`: [`ioctl_error`] with `check`.
+    fn fails<'a>(
+        ex: &'a Exporter,
+        what: String,
+        check: &'a str,
+    ) -> impl FnOnce(rustix::io::Errno) -> Error + 'a {
+        move |e| ioctl_error(ex, what, e, check)
+    }
+
     fn ioctl_error(ex: &Exporter, what: String, e: rustix::io::Errno, check: &str) -> Error {
         ex.dev.ioctl_error("p2pbuf exporter", what, e, check.into())
     }
@@ -127,14 +136,11 @@ mod imp {
                 size: struct_size::<uapi::p2pbuf_info>(),
                 ..Default::default()
             };
-            sys::p2pbuf_info(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    "P2PBUF_IOCTL_INFO".into(),
-                    e,
-                    "dmesg for the exporter",
-                )
-            })?;
+            sys::p2pbuf_info(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                "P2PBUF_IOCTL_INFO".into(),
+                "dmesg for the exporter",
+            ))?;
             Ok(ExporterInfo {
                 api_version: a.api_version,
                 nr_providers: a.nr_providers,
@@ -164,14 +170,11 @@ mod imp {
                 flags,
                 ..Default::default()
             };
-            sys::p2pbuf_provider_info(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_PROVIDER_INFO(id {id})"),
-                    e,
-                    "ENOENT: no provider was ever bound with that id (list them with `p2pbuf info`)",
-                )
-            })?;
+            sys::p2pbuf_provider_info(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_PROVIDER_INFO(id {id})"),
+                "ENOENT: no provider was ever bound with that id (list them with `p2pbuf info`)",
+            ))?;
             Ok(Provider {
                 id: a.id,
                 pci_name: crate::c_chars_lossy(&a.pci_name),
@@ -227,14 +230,11 @@ mod imp {
                 },
                 ..Default::default()
             };
-            let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
-                    e,
-                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
-                )
-            })?;
+            let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
+                "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
+            ))?;
             Ok(Allocation {
                 buf: DmaBuf::from_fd(fd)?,
                 provider,
@@ -250,14 +250,11 @@ mod imp {
                 fd: std::os::fd::AsRawFd::as_raw_fd(buf),
                 ..Default::default()
             };
-            sys::p2pbuf_refusal(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_REFUSAL(dma-buf fd {})", a.fd),
-                    e,
-                    "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
-                )
-            })?;
+            sys::p2pbuf_refusal(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_REFUSAL(dma-buf fd {})", a.fd),
+                "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
+            ))?;
             let text = crate::c_chars_lossy;
             let last = (a.reason != uapi::P2PBUF_REFUSAL_NONE).then(|| Refusal {
                 device: text(&a.device),
@@ -283,14 +280,11 @@ mod imp {
                 fd: std::os::fd::AsRawFd::as_raw_fd(buf),
                 flags: 0,
             };
-            sys::p2pbuf_revoke(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_REVOKE(dma-buf fd {})", a.fd),
-                    e,
-                    "EINVAL: not a dma-buf of this exporter; EBADF: the fd is not open",
-                )
-            })
+            sys::p2pbuf_revoke(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_REVOKE(dma-buf fd {})", a.fd),
+                "EINVAL: not a dma-buf of this exporter; EBADF: the fd is not open",
+            ))
         }
     }
 }
