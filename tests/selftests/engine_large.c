@@ -202,14 +202,11 @@ FIXTURE_TEARDOWN(engine)
 	p2pbuf_buf_free(&self->d2);
 	p2pbuf_buf_free(&self->s1);
 	p2pbuf_buf_free(&self->s2);
-	if (self->spacer >= 0)
-		close(self->spacer);
+	p2pbuf_close(&self->spacer);
 	if (self->old_limit >= 0)
 		sysfs_write_int(UDMABUF_LIMIT, self->old_limit);
-	if (self->p2p >= 0)
-		close(self->p2p);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_close(&self->p2p);
+	p2pbuf_close(&self->dev);
 }
 
 /*

@@ -155,8 +155,7 @@ FIXTURE_TEARDOWN(engine_races)
 
 	if (self->unbinder > 0 && wait_for(self->unbinder, 60, &st) != 1)
 		TH_LOG("an unbind of %s is still in flight at teardown", self->edu);
-	if (self->dma >= 0)
-		close(self->dma);
+	p2pbuf_close(&self->dma);
 	if (self->p2p < 0)
 		return;
 	EXPECT_EQ(0, ensure_bound(IMPORTER_DRV, self->edu));

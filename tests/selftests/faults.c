@@ -94,8 +94,7 @@ FIXTURE_TEARDOWN(faults)
 		EXPECT_EQ(self->free0, provider_free(self->p2p));
 		close(self->p2p);
 	}
-	if (self->dma >= 0)
-		close(self->dma);
+	p2pbuf_close(&self->dma);
 }
 
 /*

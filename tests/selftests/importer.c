@@ -262,8 +262,7 @@ FIXTURE_TEARDOWN(importer)
 {
 	p2pbuf_buf_free(&self->a);
 	p2pbuf_buf_free(&self->b);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_close(&self->dev);
 }
 
 TEST_F(importer, import_reports_the_buffer)
@@ -621,10 +620,8 @@ FIXTURE_TEARDOWN(devmem)
 	p2pbuf_buf_free(&self->d1);
 	p2pbuf_buf_free(&self->d2);
 	p2pbuf_buf_free(&self->s);
-	if (self->p2p >= 0)
-		close(self->p2p);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_close(&self->p2p);
+	p2pbuf_close(&self->dev);
 }
 
 TEST_F(devmem, import_reports_peer_to_peer)

@@ -146,10 +146,8 @@ FIXTURE_TEARDOWN(cmb)
 {
 	if (self->cmb != MAP_FAILED)
 		munmap(self->cmb, LEN);
-	if (self->afd >= 0)
-		close(self->afd);
-	if (self->nvme >= 0)
-		close(self->nvme);
+	p2pbuf_close(&self->afd);
+	p2pbuf_close(&self->nvme);
 }
 
 /* The allocator: mmap takes CMB memory, munmap gives it back; misuse is refused. */

@@ -115,8 +115,7 @@ FIXTURE_SETUP(nvme)
 FIXTURE_TEARDOWN(nvme)
 {
 	close(self->dev);
-	if (self->nvme >= 0)
-		close(self->nvme);
+	p2pbuf_close(&self->nvme);
 }
 
 /* Device memory -> drive -> other device memory, with the CPU never touching the data. */

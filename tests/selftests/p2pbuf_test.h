@@ -202,6 +202,14 @@ static inline void p2pbuf_cpu_access(struct p2pbuf_buf *b, int start)
 	ioctl(b->fd, DMA_BUF_IOCTL_SYNC, &s);
 }
 
+/* Closes *fd if it is open, and marks it closed (-1). */
+static inline void p2pbuf_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
 /* Seconds on the monotonic clock. */
 static inline double now(void)
 {

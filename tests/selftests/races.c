@@ -185,8 +185,7 @@ FIXTURE_TEARDOWN(races)
 {
 	int st;
 
-	if (self->timeline >= 0)
-		close(self->timeline);	/* signals any fence still planted */
+	p2pbuf_close(&self->timeline);	/* signals any fence still planted */
 	for (int i = 0; i < self->nkids; i++)
 		if (kill(self->kids[i], SIGKILL) == 0)
 			wait_for(self->kids[i], 20, &st);
