@@ -153,3 +153,29 @@ macro_rules! device_handle {
     };
 }
 pub(crate) use device_handle;
+
+#[cfg(test)]
+mod tests {
+    use crate::exporter::Exporter;
+    use crate::importer::Engine;
+
+    /// A missing node is [`Error::Unavailable`](crate::Error::Unavailable), saying that it
+    /// does not exist and which module to load.
+    #[test]
+    fn missing_device_is_unavailable() {
+        for (e, module) in [
+            (
+                Exporter::open_at("/nonexistent/p2pbuf").unwrap_err(),
+                "insmod p2pbuf_exporter",
+            ),
+            (
+                Engine::open_at("/nonexistent/p2pbuf-dma").unwrap_err(),
+                "p2pbuf_importer",
+            ),
+        ] {
+            assert!(e.is_unavailable(), "{e:?}");
+            assert!(e.to_string().contains("does not exist"), "{e}");
+            assert!(e.check().unwrap().contains(module), "{e}");
+        }
+    }
+}
