@@ -14,7 +14,7 @@
 . /p2pbuf/rdma-lib.sh
 ktap_plan 10
 rxe_test
-DBG=/sys/kernel/debug/p2pbuf/buffers
+DBG=$P2PBUF_DEBUGFS_BUFFERS
 if [ ! -e /dev/p2pbuf ] || [ ! -r $DBG ]; then
 	for i in 2 3 4 5 6 7 8 9 10; do ktap_skip "RDMA into device memory, host check $i" "no /dev/p2pbuf or no $DBG"; done
 	ktap_exit
@@ -42,9 +42,8 @@ ktap_check "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_
 
 # The buffer in the exporter's debugfs: its BAR offset, rxe's attachment, its vmap.
 comment $DBG
-BAR=$(sed -n "s/^buffer .*: $SIZE bytes at BAR offset \(0x[0-9a-f]*\).*/\1/p" $DBG | head -1)
-# (the buffer's line and its attachment lines, up to the next buffer)
-line=$(grep -A3 "^buffer .*: $SIZE bytes at BAR offset" $DBG | sed '2,${/^buffer /,$d}')
+line=$(debugfs_buffer $SIZE)
+BAR=$(debugfs_field "$line" offset)
 NIC=$(basename "$(pci_find $NIC_ID)")
 if [ -n "$BAR" ] && echo "$line" | grep -q "vmaps 1" && echo "$line" | grep -q "attached: $NIC "; then
 	ktap_ok "debugfs: the buffer at BAR offset $BAR, attached by the NIC ($NIC) for rxe, mapped (vmaps 1)"
@@ -75,9 +74,9 @@ hc_write 1048581 9437307 33
 # dma_buf_end_cpu_access() brackets, one per packet (at most 4 KiB each), so the exporter saw
 # at least 2048 of each, as many ends as begins. (The server's 3 checks through its mmap add a
 # DMA_BUF_IOCTL_SYNC bracket each; without rxe's there would be only those.)
-line=$(grep "^buffer .*: $SIZE bytes at BAR offset" $DBG | head -1)
-begins=$(echo "$line" | sed -n 's/.*cpu access \([0-9]*\) begin \/ \([0-9]*\) end.*/\1/p')
-ends=$(echo "$line" | sed -n 's/.*cpu access \([0-9]*\) begin \/ \([0-9]*\) end.*/\2/p')
+line=$(debugfs_buffer $SIZE)
+begins=$(debugfs_field "$line" cpu_begin)
+ends=$(debugfs_field "$line" cpu_end)
 ktap_check "CPU access brackets around rxe's copies into the MR: ${begins:-?} begin_cpu_access, ${ends:-?} end_cpu_access (want >= 2048, equal)" \
 	sh -c "[ ${begins:-0} -ge 2048 ] && [ ${begins:-0} -eq ${ends:--1} ]"
 
@@ -96,7 +95,7 @@ ktap_check "server: 4 clients verified, MR deregistered (exit $src)" \
 # the fd released the buffer (the exporter forgets released buffers lazily: it may still list
 # it, marked released).
 comment $DBG
-line=$(grep -A3 "^buffer .*: $SIZE bytes at BAR offset" $DBG | sed '2,${/^buffer /,$d}')
+line=$(debugfs_buffer $SIZE)
 if [ -z "$line" ] || { echo "$line" | grep -q "released, maps 0 active (1 map / 1 unmap calls), vmaps 0" &&
 	! echo "$line" | grep -q "attached:"; }; then
 	ktap_ok "debugfs: after deregistration and close the buffer is released, 1 map and 1 unmap call, no vmap, no attachment"
