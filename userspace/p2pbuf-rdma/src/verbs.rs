@@ -244,9 +244,10 @@ impl Context {
 
     /// `ibv_query_device`.
     pub fn query(&self) -> Result<DeviceAttr> {
-        let a = self.0.query().map_err(|r| {
-            os_error(format!("ibv_query_device({})", self.name()), r, None)
-        })?;
+        let a = self
+            .0
+            .query()
+            .map_err(|r| os_error(format!("ibv_query_device({})", self.name()), r, None))?;
         let g = u64::from_be(a.node_guid).to_be_bytes();
         Ok(DeviceAttr {
             fw_ver: p2pbuf::c_chars_lossy(&a.fw_ver),
@@ -536,9 +537,8 @@ pub struct Completion {
 impl Cq {
     /// `ibv_create_cq` with `cqe` entries.
     pub fn new(ctx: &Context, cqe: i32) -> Result<Cq> {
-        let cq = CqHandle::create(&ctx.0, cqe).map_err(|e| {
-            os_error(format!("ibv_create_cq({cqe}) on {}", ctx.name()), e, None)
-        })?;
+        let cq = CqHandle::create(&ctx.0, cqe)
+            .map_err(|e| os_error(format!("ibv_create_cq({cqe}) on {}", ctx.name()), e, None))?;
         Ok(Cq {
             ctx: ctx.clone(),
             cq,
@@ -552,9 +552,10 @@ impl Cq {
     /// `ibv_poll_cq` for up to `max` completions.
     pub fn poll(&self, max: usize) -> Result<Vec<Completion>> {
         let mut wc = vec![ffi::ibv_wc::default(); max.max(1)];
-        let n = self.cq.poll(&mut wc).map_err(|e| {
-            os_error(format!("ibv_poll_cq on {}", self.ctx.name()), e, None)
-        })?;
+        let n = self
+            .cq
+            .poll(&mut wc)
+            .map_err(|e| os_error(format!("ibv_poll_cq on {}", self.ctx.name()), e, None))?;
         Ok(wc[..n]
             .iter()
             .map(|w| Completion {

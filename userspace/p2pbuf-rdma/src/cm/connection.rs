@@ -355,8 +355,7 @@ impl Connection {
         }
         // The send slot is after the receive slots; only one send is in flight at a time.
         let off = RECV_SLOTS * MAX_MESSAGE;
-        self.ctrl.borrow_mut().buf_mut().as_mut_slice()[off..off + msg.len()]
-            .copy_from_slice(msg);
+        self.ctrl.borrow_mut().buf_mut().as_mut_slice()[off..off + msg.len()].copy_from_slice(msg);
         let info = self.ctrl.borrow().info();
         let sge = ffi::ibv_sge {
             addr: info.addr + off as u64,

@@ -259,7 +259,12 @@ impl CmId {
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<(), i32> {
         let mut sa = SockAddr::new(addr);
         // SAFETY: a live id and a sockaddr of the family's size, read during the call.
-        Self::result(unsafe { self.ch.libs.cm.rdma_bind_addr(self.id.as_ptr(), sa.as_ptr()) })
+        Self::result(unsafe {
+            self.ch
+                .libs
+                .cm
+                .rdma_bind_addr(self.id.as_ptr(), sa.as_ptr())
+        })
     }
 
     /// `rdma_listen` with a backlog of `backlog`; `Err(errno)`.
