@@ -10,6 +10,7 @@ mod hostcheck;
 mod initramfs;
 mod kernel;
 mod ktap;
+mod kunit;
 mod mail;
 mod modules;
 mod nodes;

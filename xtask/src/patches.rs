@@ -626,7 +626,8 @@ fn check_dirs(cache: &Path, ksrc: &Path) -> (PathBuf, PathBuf) {
 /// crate goes through Clippy; `W=1` on the whole tree would make each step's count mostly
 /// upstream's, see docs/abstractions.md for the W=1 check) and run at the lowest CPU priority. Each step's
 /// output is in `logs/build-each-<series>-NN.log`; its compiler and Clippy warnings are counted
-/// and printed.
+/// and printed. A series that touches `rust/` ends with `make rustdoc` on its last step
+/// ([`rustdoc`], `logs/build-each-<series>-rustdoc.log`), counted as one more step.
 fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> Result<()> {
     let (wt, kb) = check_dirs(&ctx.cache, &ctx.ksrc()?);
     // The worktree is private: what its `git am` commits never leaves it.
@@ -714,6 +715,9 @@ fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> R
             }
             summary.push((secs, warnings.len()));
         }
+        if touches_rust(&s.patches) {
+            summary.push(rustdoc(ctx, &wt, &kb, &s.id)?);
+        }
     }
     let total: u64 = summary.iter().map(|s| s.0).sum();
     let warned = summary.iter().filter(|s| s.1 > 0).count();
@@ -724,9 +728,66 @@ fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> R
     Ok(())
 }
 
+/// Whether any of `patches` changes a file under `rust/`.
+fn touches_rust(patches: &[PathBuf]) -> bool {
+    patches.iter().any(|p| {
+        fs::read_to_string(p)
+            .map(|t| patch_touches_rust(&t))
+            .unwrap_or(false)
+    })
+}
+
+fn patch_touches_rust(text: &str) -> bool {
+    text.lines()
+        .any(|l| l.starts_with("+++ b/rust/") || l.starts_with("--- a/rust/"))
+}
+
+/// `make rustdoc` on the series' last step, as `make htmldocs` builds the Rust docs: rustdoc's
+/// own warnings (broken intra-doc links, bare URLs, unescaped backticks, a missing crate doc)
+/// and the kernel's check that every `srctree/` link names a file. Returns (seconds,
+/// warnings) for the summary.
+fn rustdoc(ctx: &Ctx, wt: &Path, kb: &Path, id: &str) -> Result<(u64, usize)> {
+    let log = format!("build-each-{id}-rustdoc");
+    let _ = fs::remove_file(ctx.log_path(&log));
+    let mut mk = Command::new("nice");
+    mk.current_dir(wt)
+        .args(["-n", "19", "make"])
+        .arg(format!("O={}", kb.display()))
+        .arg(format!("-j{}", ctx.jobs()));
+    ctx.kernel_toolchain(&mut mk)?;
+    mk.arg("rustdoc");
+    let start = Instant::now();
+    run_step(ctx, &format!("{id}: make rustdoc"), &log, &mut mk)
+        .with_context(|| format!("{id}: make rustdoc fails"))?;
+    let secs = start.elapsed().as_secs();
+    let text = fs::read_to_string(ctx.log_path(&log)).unwrap_or_default();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("warning")).collect();
+    println!(
+        "    {id}: make rustdoc: builds ({secs} s, {} warning(s))",
+        warnings.len()
+    );
+    for w in &warnings {
+        println!("        {w}");
+    }
+    Ok((secs, warnings.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rustdoc_runs_for_series_that_touch_rust() {
+        assert!(patch_touches_rust(
+            "diff --git a/rust/kernel/dma_buf/mod.rs b/rust/kernel/dma_buf/mod.rs\n--- /dev/null\n+++ b/rust/kernel/dma_buf/mod.rs\n"
+        ));
+        assert!(patch_touches_rust(
+            "--- a/rust/kernel/lib.rs\n+++ /dev/null\n"
+        ));
+        assert!(!patch_touches_rust(
+            "--- a/drivers/dma-buf/udmabuf.c\n+++ b/drivers/dma-buf/udmabuf.c\n+// rust/ in a comment\n"
+        ));
+    }
 
     #[test]
     fn check_dirs_belong_to_their_kernel_tree() {

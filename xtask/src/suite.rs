@@ -4,7 +4,8 @@
 
 use crate::qemu::{Mode, Topology, VmFiles};
 use crate::util::{file_name, file_stem, heading, Ctx, Flavour};
-use crate::{boots, fabric, hostcheck, initramfs, kernel, ktap, modules, nodes, rdma_core, setup};
+use crate::{boots, fabric, hostcheck, initramfs, kernel, ktap, kunit, modules, nodes};
+use crate::{rdma_core, setup};
 use crate::{vmrun, BuildOpts, VmOpts};
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -236,6 +237,10 @@ fn vm_test(
             }
             ktap::Status::Skip => s += 1,
         }
+    }
+    match kunit::report(ctx, &files.results, &w.label) {
+        Ok(d) => fails.extend(d),
+        Err(e) => println!("    kunit.py: not run ({e:#})"),
     }
     if let Some(b) = o.boot_to_init {
         println!(
