@@ -70,6 +70,14 @@ serve_bg() {
 	wait_for "$_out" "listening on" "$_secs"
 }
 
+# serve_wait OUT: waits for the server serve_bg started; its exit status in $src, its output
+# (OUT) as comments.
+serve_wait() {
+	wait $srv
+	src=$?
+	comment "$1"
+}
+
 # rdma_client SECONDS OUT OP ARGS...: `p2pbuf rdma OP --server $RXE_IP:$PORT ARGS` for at most
 # SECONDS, its output in OUT (and as comments); its exit status in $rc (and as the status).
 rdma_client() {

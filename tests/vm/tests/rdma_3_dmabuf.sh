@@ -58,8 +58,7 @@ if [ "$DMABUF_MR" = supported ]; then
 		done
 		rdma_client 120 /tmp/r.txt read --size 2M --offset 0 --pattern 11
 		ktap_check "RDMA READ of 2M from the udmabuf MR returns the pattern (exit $rc)" grep -q "^OK" /tmp/r.txt
-		wait $srv
-		comment /tmp/serve.txt
+		serve_wait /tmp/serve.txt
 		ktap_check "server: 3 clients verified" grep -q "done: 3 client(s) verified, 0 failed" /tmp/serve.txt
 	else
 		comment /tmp/serve.txt
@@ -68,9 +67,7 @@ if [ "$DMABUF_MR" = supported ]; then
 		kill $srv 2>/dev/null
 	fi
 else
-	wait $srv
-	src=$?
-	comment /tmp/serve.txt
+	serve_wait /tmp/serve.txt
 	if [ $arc -eq 0 ] && [ $src -eq 1 ] && grep -q "received\|will register" /tmp/alloc.txt &&
 		grep -q "ibv_reg_dmabuf_mr(.*udmabuf dma-buf of 8388608 bytes.*(errno 95)" /tmp/serve.txt; then
 		ktap_ok "serve --buf fd-from: the fd arrives from the other process; EOPNOTSUPP registering it"
@@ -95,8 +92,7 @@ if [ -e /dev/p2pbuf ]; then
 			ktap_fail "serve --buf p2pbuf: device memory registered"
 			ktap_skip "RDMA WRITE into device memory" "no server"
 		fi
-		wait $srv
-		comment /tmp/serve.txt
+		serve_wait /tmp/serve.txt
 	else
 		reg_dmabuf "ibv_reg_dmabuf_mr of 4 MiB of p2pbuf device memory" --buf p2pbuf --size 4M
 		ktap_skip "RDMA WRITE into device memory" "dma-buf MRs unsupported by this kernel's rxe"

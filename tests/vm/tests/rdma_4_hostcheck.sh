@@ -85,9 +85,7 @@ rdma_client 120 /tmp/hc_r.txt read --size 3145728 --offset 5246976 --pattern 32 
 ktap_check "RDMA READ of 3 MiB from device memory returns the lab pattern of seed 32 (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '(equal)' /tmp/hc_r.txt && ! grep -q 'not the pattern' /tmp/hc_r.txt"
 
-wait $srv
-src=$?
-comment /tmp/hc_serve.txt
+serve_wait /tmp/hc_serve.txt
 ktap_check "server: 4 clients verified, MR deregistered (exit $src)" \
 	sh -c "[ $src -eq 0 ] && grep -q 'done: 4 client(s) verified, 0 failed' /tmp/hc_serve.txt &&
 		grep -q 'deregistered the MR' /tmp/hc_serve.txt"

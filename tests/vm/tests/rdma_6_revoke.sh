@@ -86,9 +86,7 @@ rdma_client 60 /tmp/rv_w2.txt write --size 64k --pattern 42
 ktap_check "a new client's RDMA WRITE into the revoked MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w2.txt"
 
-wait $srv
-src=$?
-comment /tmp/rv_serve.txt
+serve_wait /tmp/rv_serve.txt
 ktap_check "server: the region is gone, ibv_dereg_mr of the revoked MR succeeds, the fd is closed (exit $src)" \
 	sh -c "[ $src -eq 1 ] && grep -q 'done: 0 client(s) verified, 2 failed; the region cannot be read' /tmp/rv_serve.txt &&
 		grep -q 'deregistered the MR' /tmp/rv_serve.txt && [ $revoked1 -gt $revoked0 ]"
@@ -101,9 +99,7 @@ if serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 1M --clients 1
 	timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --pattern 43 >/tmp/rv_w.txt 2>&1
 	comment /tmp/rv_w.txt
 fi
-wait $srv
-src=$?
-comment /tmp/rv_serve.txt
+serve_wait /tmp/rv_serve.txt
 ktap_check "after the rebind: a new dma-buf MR of device memory takes an RDMA WRITE, verified (exit $src)" \
 	sh -c "[ $src -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w.txt"
 

@@ -400,30 +400,37 @@ impl CmId {
         Ok(unsafe { (*self.id.as_ptr()).qp })
     }
 
+    /// Calls the provider's post op that `pick` names (`ibv_post_send` and `ibv_post_recv`
+    /// are static inlines that do this) with the one work request `wr`; `Err(errno)`.
+    fn post<W>(
+        &self,
+        wr: &mut W,
+        pick: impl FnOnce(&ffi::ibv_context_ops) -> Option<PostOp<W>>,
+    ) -> Result<(), i32> {
+        let qp = self.qp()?;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP (`qp` checked it has one) and its context's op table; `wr` and
+        // the SGE it points to are valid during the call (the provider copies them).
+        let r = unsafe {
+            let f = pick(&(*(*qp).context).ops).expect("provider without the post op");
+            f(qp, wr, &mut bad)
+        };
+        if r != 0 {
+            return Err(r);
+        }
+        Ok(())
+    }
+
     /// `ibv_post_recv` of one receive (`wr_id`) into `sge`; `Err(errno)`. The HCA checks
     /// `sge` against the local key's region.
     pub fn post_recv(&self, wr_id: u64, mut sge: ffi::ibv_sge) -> Result<(), i32> {
-        let qp = self.qp()?;
         let mut wr = ffi::ibv_recv_wr {
             wr_id,
             next: std::ptr::null_mut(),
             sg_list: &mut sge,
             num_sge: 1,
         };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: ibv_post_recv is a static inline calling the context's post_recv op on a
-        // live QP; `wr` and its one SGE are valid during the call (the provider copies them).
-        let r = unsafe {
-            let f = (*(*qp).context)
-                .ops
-                .post_recv
-                .expect("provider without post_recv");
-            f(qp, &mut wr, &mut bad)
-        };
-        if r != 0 {
-            return Err(r);
-        }
-        Ok(())
+        self.post(&mut wr, |ops| ops.post_recv)
     }
 
     /// `ibv_post_send` of one signaled work request (`wr_id`, `opcode`) from or into `sge`,
@@ -436,7 +443,6 @@ impl CmId {
         mut sge: ffi::ibv_sge,
         remote: Option<(u64, u32)>,
     ) -> Result<(), i32> {
-        let qp = self.qp()?;
         let mut wr = ffi::ibv_send_wr {
             wr_id,
             sg_list: &mut sge,
@@ -448,22 +454,12 @@ impl CmId {
         if let Some((remote_addr, rkey)) = remote {
             wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
         }
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: ibv_post_send is a static inline calling the context's post_send op on a
-        // live QP; `wr` and its one SGE are valid during the call (the provider copies them).
-        let r = unsafe {
-            let f = (*(*qp).context)
-                .ops
-                .post_send
-                .expect("provider without post_send");
-            f(qp, &mut wr, &mut bad)
-        };
-        if r != 0 {
-            return Err(r);
-        }
-        Ok(())
+        self.post(&mut wr, |ops| ops.post_send)
     }
 }
+
+/// A provider's `post_send` or `post_recv` op, for work requests `W`.
+type PostOp<W> = unsafe extern "C" fn(*mut ffi::ibv_qp, *mut W, *mut *mut W) -> std::ffi::c_int;
 
 impl Drop for CmId {
     fn drop(&mut self) {
