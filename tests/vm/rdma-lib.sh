@@ -78,6 +78,17 @@ serve_wait() {
 	comment "$1"
 }
 
+# serve_failed OUT NAME SKIPPED...: the server serve_bg started did not come up: its output
+# (OUT) as comments, the test NAME failed, each SKIPPED test skipped ("no server"), the
+# server killed.
+serve_failed() {
+	comment "$1"
+	ktap_fail "$2"
+	shift 2
+	for _t in "$@"; do ktap_skip "$_t" "no server"; done
+	kill $srv 2>/dev/null
+}
+
 # rdma_client SECONDS OUT OP ARGS...: `p2pbuf rdma OP --server $RXE_IP:$PORT ARGS` for at most
 # SECONDS, its output in OUT (and as comments); its exit status in $rc (and as the status).
 rdma_client() {
