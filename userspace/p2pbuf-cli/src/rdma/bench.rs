@@ -73,37 +73,6 @@ pub struct BenchArgs {
     port: u16,
 }
 
-/// One timed registration of `kind` and its deregistration: a `BENCH rdma_reg` line with both
-/// times, or a `#` line saying why the registration failed (then `None`). Returns what the
-/// deregistration gave back.
-fn timed_reg<M, T>(
-    kind: &str,
-    size: usize,
-    rep: u32,
-    reg: impl FnOnce() -> p2pbuf::Result<M>,
-    dereg: impl FnOnce(M) -> p2pbuf::Result<T>,
-) -> p2pbuf::Result<Option<T>> {
-    let t = Instant::now();
-    let r = reg();
-    let reg_time = t.elapsed();
-    match r {
-        Ok(mr) => {
-            let t = Instant::now();
-            let back = dereg(mr)?;
-            println!(
-                "BENCH rdma_reg kind={kind} size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                us(reg_time),
-                us(t.elapsed())
-            );
-            Ok(Some(back))
-        }
-        Err(e) => {
-            println!("# rdma_reg kind={kind} size={size} rep={rep}: {e}");
-            Ok(None)
-        }
-    }
-}
-
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -144,6 +113,26 @@ fn fault_in(b: &mut HostBuf) {
     }
 }
 
+/// Unrecorded registrations of each kind before the first sample (see `bench_reg`).
+const WARMUP_ROUNDS: u32 = 5;
+
+/// Below this size a registration sample is the median of [`SMALL_ROUNDS`] registrations.
+const SMALL_SIZE: usize = 1 << 20;
+
+/// Registrations per sample below [`SMALL_SIZE`].
+const SMALL_ROUNDS: usize = 15;
+
+/// The median of `v` (sorts it); `v` is not empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     let ctx = Context::open(None)?;
     let pd = Pd::new(&ctx)?;
@@ -153,7 +142,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     println!("BENCHMETRIC rdma_reg dereg_us unit=us better=lower");
     println!(
         "# rdma_reg on {}: time of the ibv_reg_dmabuf_mr / ibv_reg_mr call alone (CLOCK_MONOTONIC), access {access}; \
-         kind=dmabuf: a p2pbuf device-memory dma-buf of the size (allocated once per size, registered whole, {} times); \
+         kind=dmabuf: a p2pbuf device-memory dma-buf of the size (allocated once per size, registered whole, {} times; below 1 MiB each sample is the median of 15 registrations, after 5 unrecorded ones); \
          kind=host: anonymous memory, every page touched before the timing{}",
         ctx.name(),
         a.reps,
@@ -163,6 +152,50 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             ""
         }
     );
+    // WARMUP_ROUNDS unrecorded registrations of each kind first, at the first size when it is
+    // small (that is what they are for; a large first size, e.g. tests/vm/tests/large_rdma.sh's
+    // 5 or 64 GiB, would pay a second allocation), host memory only where --host-max allows: the first
+    // registrations pay for cold caches and first-use setup (the first dma-buf attachment of
+    // the rxe device to the provider's memory computes the p2pdma distance, once per client
+    // device; under QEMU TCG the first runs of a code path also pay its translation). The
+    // times of the first are printed (a diagnostic, not a sample).
+    if let Some(&size) = a.reg_sizes.first().filter(|&&s| s < SMALL_SIZE) {
+        if let Ok(d) = device_mem(size, a.uninitialized) {
+            for round in 0..WARMUP_ROUNDS {
+                let t = Instant::now();
+                let Ok(mr) = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access) else {
+                    break;
+                };
+                let reg = t.elapsed();
+                mr.dereg()?;
+                if round == 0 {
+                    println!(
+                        "# rdma_reg: first (cold, not recorded) dmabuf size={size} registration {:.1} us",
+                        us(reg)
+                    );
+                }
+            }
+        }
+        let host_ok = a.host_max.is_none_or(|m| size <= m);
+        if let Some(Ok(mut h)) = host_ok.then(|| host_mem(size)) {
+            fault_in(&mut h);
+            for round in 0..WARMUP_ROUNDS {
+                let t = Instant::now();
+                let mr = match pd.reg_mr(h, access) {
+                    Ok(mr) => mr,
+                    Err(_) => break,
+                };
+                let reg = t.elapsed();
+                h = mr.dereg()?;
+                if round == 0 {
+                    println!(
+                        "# rdma_reg: first (cold, not recorded) host size={size} registration {:.1} us",
+                        us(reg)
+                    );
+                }
+            }
+        }
+    }
     for &size in &a.reg_sizes {
         // The buffers of this size; allocation and faulting-in are not timed.
         let host_ok = a.host_max.is_none_or(|m| size <= m);
@@ -194,20 +227,91 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
         if let Some(h) = host.as_mut() {
             fault_in(h);
         }
+        // Below SMALL_SIZE a sample is the median of SMALL_ROUNDS back-to-back registrations
+        // (registration and deregistration each their own median): one takes tens of
+        // microseconds, less than one preemption by the host's other work under TCG.
+        let rounds = if size < SMALL_SIZE { SMALL_ROUNDS } else { 1 };
         for rep in 0..a.reps {
             progress(&format!("repetition {}/{}", rep + 1, a.reps));
-            if let Some(d) = &dmabuf {
-                let reg = || pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
-                timed_reg("dmabuf", size, rep, reg, |mr| mr.dereg())?;
-            }
-            if let Some(h) = host.take() {
-                host = timed_reg("host", size, rep, || pd.reg_mr(h, access), |mr| mr.dereg())?;
+            // The two kinds alternate which goes first at each repetition.
+            for dmabuf_turn in [rep % 2 == 0, rep % 2 != 0] {
+                let (kind, mut reg, mut dereg) = (
+                    if dmabuf_turn { "dmabuf" } else { "host" },
+                    Vec::new(),
+                    Vec::new(),
+                );
+                for _ in 0..rounds {
+                    if dmabuf_turn {
+                        let Some(d) = &dmabuf else { break };
+                        let t = Instant::now();
+                        let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
+                        let took = t.elapsed();
+                        match r {
+                            Ok(mr) => {
+                                let t = Instant::now();
+                                mr.dereg()?;
+                                dereg.push(us(t.elapsed()));
+                                reg.push(us(took));
+                            }
+                            Err(e) => {
+                                println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}");
+                                break;
+                            }
+                        }
+                    } else {
+                        let Some(h) = host.take() else { break };
+                        let t = Instant::now();
+                        let r = pd.reg_mr(h, access);
+                        let took = t.elapsed();
+                        match r {
+                            Ok(mr) => {
+                                let t = Instant::now();
+                                host = Some(mr.dereg()?);
+                                dereg.push(us(t.elapsed()));
+                                reg.push(us(took));
+                            }
+                            Err(e) => {
+                                println!("# rdma_reg kind=host size={size} rep={rep}: {e}");
+                                break;
+                            }
+                        }
+                    }
+                }
+                if reg.len() == rounds {
+                    println!(
+                        "BENCH rdma_reg kind={kind} size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                        median(&mut reg),
+                        median(&mut dereg)
+                    );
+                }
             }
             if a.cold && host_ok {
-                let h = host_mem(size)?;
-                // The unmap counts in the dereg time, as when the buffer dies with the MR.
-                let dereg = |mr: p2pbuf_rdma::HostMr| mr.dereg().map(drop);
-                timed_reg("host_cold", size, rep, || pd.reg_mr(h, access), dereg)?;
+                let (mut reg, mut dereg) = (Vec::new(), Vec::new());
+                for _ in 0..rounds {
+                    let h = host_mem(size)?;
+                    let t = Instant::now();
+                    let r = pd.reg_mr(h, access);
+                    let took = t.elapsed();
+                    match r {
+                        Ok(mr) => {
+                            let t = Instant::now();
+                            drop(mr.dereg()?);
+                            dereg.push(us(t.elapsed()));
+                            reg.push(us(took));
+                        }
+                        Err(e) => {
+                            println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}");
+                            break;
+                        }
+                    }
+                }
+                if reg.len() == rounds {
+                    println!(
+                        "BENCH rdma_reg kind=host_cold size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                        median(&mut reg),
+                        median(&mut dereg)
+                    );
+                }
             }
         }
         progress("freeing the buffers (not timed)");
