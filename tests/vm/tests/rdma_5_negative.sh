@@ -9,11 +9,7 @@
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 ktap_plan 18
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 
 # reg_ok NAME ARGS...: `p2pbuf rdma reg ARGS` registers with ibv_reg_dmabuf_mr.
 reg_ok() {

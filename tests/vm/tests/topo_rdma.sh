@@ -40,10 +40,8 @@ WOFF=1048576
 WLEN=3145728
 SEED=41
 if ! serve_bg /tmp/serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 2 --timeout 120; then
-	comment /tmp/serve.txt
-	ktap_fail "serve --buf p2pbuf: device memory registered with ibv_reg_dmabuf_mr"
-	for t in attach write read verdict; do ktap_skip "$t" "no server"; done
-	kill $srv 2>/dev/null
+	serve_failed /tmp/serve.txt "serve --buf p2pbuf: device memory registered with ibv_reg_dmabuf_mr" \
+		attach write read verdict
 	ktap_exit
 fi
 comment /tmp/serve.txt

@@ -436,39 +436,24 @@ fn point(
     hello: &session::Hello,
     a: &BenchArgs,
 ) -> p2pbuf::Result<(f64, f64)> {
+    // `count` writes of `size` bytes from the start of `local` to the server's buffer.
+    let writes = |count, depth, on_done: &mut dyn FnMut(u64)| {
+        let (addr, rkey) = (hello.addr, hello.rkey);
+        conn.rdma_many(Op::Write, local, 0, size, addr, rkey, count, depth, on_done)
+    };
     let lat_n = (2u64 << 20).checked_div(size).unwrap_or(1).clamp(2, 32);
     let mut times = Vec::with_capacity(lat_n as usize);
     let mut last = Instant::now();
-    conn.rdma_many(
-        Op::Write,
-        local,
-        0,
-        size,
-        hello.addr,
-        hello.rkey,
-        lat_n,
-        1,
-        &mut |_| {
-            let now = Instant::now();
-            times.push(us(now - last));
-            last = now;
-        },
-    )?;
+    writes(lat_n, 1, &mut |_| {
+        let now = Instant::now();
+        times.push(us(now - last));
+        last = now;
+    })?;
     times.sort_by(f64::total_cmp);
     let lat = times[times.len() / 2];
     let bw_n = (a.bw_bytes as u64 / size).clamp(2, 1024);
     let t = Instant::now();
-    conn.rdma_many(
-        Op::Write,
-        local,
-        0,
-        size,
-        hello.addr,
-        hello.rkey,
-        bw_n,
-        a.depth,
-        &mut |_| {},
-    )?;
+    writes(bw_n, a.depth, &mut |_| {})?;
     let mibps = (bw_n * size) as f64 / 1048576.0 / t.elapsed().as_secs_f64().max(1e-9);
     Ok((mibps, lat))
 }
