@@ -59,90 +59,14 @@ static uint8_t pat(size_t i, unsigned int seed)
 	return (uint8_t)(x >> ((i & 3) * 8));
 }
 
-/* The pattern of xtask's host check (xtask/src/hostcheck.rs). */
-static uint8_t hpat(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
-}
-
-struct buf {
-	int fd;		/* the dma-buf */
-	int memfd;	/* system memory: its memfd; device memory: -1 */
-	uint8_t *map;
-	size_t size;
-	__u64 bar_offset;	/* device memory: where it starts in the BAR */
-	int handle;	/* its handle on /dev/p2pbuf-dma */
-	const char *what;
-};
-
-static void buf_free(struct buf *b)
-{
-	if (b->map && b->map != MAP_FAILED)
-		munmap(b->map, b->size);
-	if (b->fd >= 0)
-		close(b->fd);
-	if (b->memfd >= 0)
-		close(b->memfd);
-	memset(b, 0, sizeof(*b));
-	b->fd = b->memfd = -1;
-}
-
-static int udmabuf_alloc(struct buf *b, size_t size)
-{
-	struct udmabuf_create c = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = size };
-	int dev, err;
-
-	b->what = "system";
-	b->size = size;
-	b->memfd = memfd_create("engine-large", MFD_ALLOW_SEALING | MFD_CLOEXEC);
-	if (b->memfd < 0)
-		return -errno;
-	if (ftruncate(b->memfd, size) || fcntl(b->memfd, F_ADD_SEALS, F_SEAL_SHRINK))
-		return -errno;
-	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->memfd, 0);
-	if (b->map == MAP_FAILED)
-		return -errno;
-	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
-	if (dev < 0)
-		return -errno;
-	c.memfd = b->memfd;
-	b->fd = ioctl(dev, UDMABUF_CREATE, &c);
-	err = errno;
-	close(dev);
-	return b->fd < 0 ? -err : 0;
-}
-
-static int devbuf_alloc(int p2p, struct buf *b, size_t size)
-{
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
-
-	b->what = "device";
-	b->size = size;
-	if (p2pbuf_test_alloc(p2p, &a))
-		return -errno;
-	b->fd = a.fd;
-	b->bar_offset = a.offset;
-	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
-	return b->map == MAP_FAILED ? -errno : 0;
-}
-
-static void cpu_access(struct buf *b, int start)
-{
-	struct dma_buf_sync s = {
-		.flags = (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW,
-	};
-
-	ioctl(b->fd, DMA_BUF_IOCTL_SYNC, &s);
-}
-
-static void fill(struct buf *b, size_t from, size_t len, unsigned int seed, int host)
+static void fill(struct p2pbuf_buf *b, size_t from, size_t len, unsigned int seed, int host)
 {
 	size_t i;
 
-	cpu_access(b, 1);
+	p2pbuf_cpu_access(b, 1);
 	for (i = 0; i < len; i++)
-		b->map[from + i] = host ? hpat(i, seed) : pat(from + i, seed);
-	cpu_access(b, 0);
+		b->map[from + i] = host ? p2pbuf_host_pattern(i, seed) : pat(from + i, seed);
+	p2pbuf_cpu_access(b, 0);
 }
 
 static int sysfs_read_int(const char *path)
@@ -203,14 +127,14 @@ __attribute__((destructor)) static void kmemleak_resume(void)
 FIXTURE(engine)
 {
 	int dev, p2p, spacer, old_limit;
-	struct buf d1, d2, s1, s2;
+	struct p2pbuf_buf d1, d2, s1, s2;
 };
 
 FIXTURE_SETUP(engine)
 {
 	struct p2pbuf_provider_info p = { .size = sizeof(p) };
 	struct p2pbuf_alloc sp = { .size = sizeof(sp) };
-	struct buf *all[] = { &self->d1, &self->d2, &self->s1, &self->s2 };
+	struct p2pbuf_buf *all[] = { &self->d1, &self->d2, &self->s1, &self->s2 };
 	size_t i;
 
 	self->p2p = self->spacer = self->old_limit = -1;
@@ -250,15 +174,15 @@ static int alloc_bufs(struct __test_metadata *_metadata, FIXTURE_DATA(engine) *s
 		      size_t size)
 {
 	struct p2pbuf_dma_import info = { .size = sizeof(info) };
-	struct buf *all[] = { &self->d1, &self->d2, &self->s1, &self->s2 };
+	struct p2pbuf_buf *all[] = { &self->d1, &self->d2, &self->s1, &self->s2 };
 	size_t i;
 	int r;
 
-	ASSERT_EQ(0, devbuf_alloc(self->p2p, &self->d1, size));
-	ASSERT_EQ(0, devbuf_alloc(self->p2p, &self->d2, size));
-	r = udmabuf_alloc(&self->s1, size);
+	ASSERT_EQ(0, p2pbuf_devbuf_alloc(self->p2p, &self->d1, size));
+	ASSERT_EQ(0, p2pbuf_devbuf_alloc(self->p2p, &self->d2, size));
+	r = p2pbuf_udmabuf_alloc(&self->s1, size);
 	ASSERT_EQ(0, r) TH_LOG("udmabuf of %zu bytes: %s", size, strerror(-r));
-	ASSERT_EQ(0, udmabuf_alloc(&self->s2, size));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&self->s2, size));
 	for (i = 0; i < 4; i++) {
 		info.fd = all[i]->fd;
 		r = ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &info) ? -errno : (int)info.handle;
@@ -274,18 +198,15 @@ static int alloc_bufs(struct __test_metadata *_metadata, FIXTURE_DATA(engine) *s
 
 FIXTURE_TEARDOWN(engine)
 {
-	buf_free(&self->d1);
-	buf_free(&self->d2);
-	buf_free(&self->s1);
-	buf_free(&self->s2);
-	if (self->spacer >= 0)
-		close(self->spacer);
+	p2pbuf_buf_free(&self->d1);
+	p2pbuf_buf_free(&self->d2);
+	p2pbuf_buf_free(&self->s1);
+	p2pbuf_buf_free(&self->s2);
+	p2pbuf_close(&self->spacer);
 	if (self->old_limit >= 0)
 		sysfs_write_int(UDMABUF_LIMIT, self->old_limit);
-	if (self->p2p >= 0)
-		close(self->p2p);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_close(&self->p2p);
+	p2pbuf_close(&self->dev);
 }
 
 /*
@@ -294,8 +215,9 @@ FIXTURE_TEARDOWN(engine)
  * margins their old contents. host: fill the source with the host check's pattern for `seed`
  * (counted from soff) and print the host check request. Returns the bad bytes, or -errno.
  */
-static long copy_check(struct __test_metadata *_metadata, int dev, struct buf *src, size_t soff,
-		       struct buf *dst, size_t doff, size_t len, unsigned int seed, int host)
+static long copy_check(struct __test_metadata *_metadata, int dev, struct p2pbuf_buf *src,
+		       size_t soff, struct p2pbuf_buf *dst, size_t doff, size_t len, unsigned int seed,
+		       int host)
 {
 	struct p2pbuf_dma_copy a = {
 		.size = sizeof(a),
@@ -322,20 +244,20 @@ static long copy_check(struct __test_metadata *_metadata, int dev, struct buf *s
 	EXPECT_EQ((long)len, (long)r);
 	EXPECT_EQ((__u64)len, a.copied);
 	EXPECT_GE(a.nr_transfers, 2 * ((len + WINDOW - 1) / WINDOW));
-	cpu_access(dst, 1);
+	p2pbuf_cpu_access(dst, 1);
 	for (i = lo; i < hi; i++) {
 		uint8_t want;
 
 		if (i < doff || i >= doff + len)
 			want = pat(i, seed + 1000);
 		else if (host)
-			want = hpat(i - doff, seed);
+			want = p2pbuf_host_pattern(i - doff, seed);
 		else
 			want = pat(i - doff + soff, seed);
 		if (dst->map[i] != want && !bad++)
 			first = i;
 	}
-	cpu_access(dst, 0);
+	p2pbuf_cpu_access(dst, 0);
 	if (bad) {
 		TH_LOG("%s -> %s, %zu bytes %zu -> %zu: %zu bad bytes, first at %zu", src->what,
 		       dst->what, len, soff, doff, bad, first);
@@ -362,7 +284,7 @@ TEST_F_TIMEOUT(engine, sweep_1_byte_to_4_mib, 3600)
 	const struct { size_t soff, doff; } offs[] = {
 		{ 0, 0 }, { 1, PAGE - 1 }, { PAGE - 1, 3 }, { 5 * PAGE + 13, 7 * PAGE + 4093 },
 	};
-	struct buf *pairs[4][2] = {
+	struct p2pbuf_buf *pairs[4][2] = {
 		{ &self->d1, &self->d2 }, { &self->d1, &self->s1 },
 		{ &self->s1, &self->d1 }, { &self->s1, &self->s2 },
 	};

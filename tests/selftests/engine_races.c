@@ -24,8 +24,6 @@
 
 #define EDU_VENDOR "0x1234"
 #define EDU_DEVICE "0x11e8"
-#define IVSHMEM_VENDOR "0x1af4"
-#define IVSHMEM_DEVICE "0x1110"
 #define ENGINE_UNBIND IMPORTER_DRV "/unbind"
 
 /* Guest seconds an unbind of the engine may take (it waits for a copy in flight: at most one
@@ -73,7 +71,7 @@ static void sync_cpu(int fd, int start)
  */
 static int engine_check(int dma, int p2p, size_t len)
 {
-	int a = dev_alloc(p2p, PAGE), b = dev_alloc(p2p, PAGE), ha = -1, hb = -1, ret;
+	int a = p2pbuf_alloc_fd(p2p, PAGE), b = p2pbuf_alloc_fd(p2p, PAGE), ha = -1, hb = -1, ret;
 	uint8_t *ma = MAP_FAILED, *mb = MAP_FAILED;
 	long n;
 
@@ -128,25 +126,20 @@ FIXTURE(engine_races) {
 
 FIXTURE_SETUP(engine_races)
 {
+	const char *why;
 	int r;
 
 	self->p2p = self->dma = -1;
 	self->unbinder = 0;
-	if (pci_find(EDU_VENDOR, EDU_DEVICE, self->edu, sizeof(self->edu)))
+	if (p2pbuf_pci_find(EDU_VENDOR, EDU_DEVICE, self->edu, sizeof(self->edu)))
 		SKIP(return, "no edu device (the DMA engine) on this boot");
 	if (access(IMPORTER_DRV, F_OK))
 		SKIP(return, "p2pbuf_importer is not loaded");
-	if (pci_find(IVSHMEM_VENDOR, IVSHMEM_DEVICE, self->gpu, sizeof(self->gpu)))
-		SKIP(return, "no ivshmem-plain device (the emulated GPU memory) on this boot");
-	if (access(EXPORTER_DRV, F_OK))
-		SKIP(return, "p2pbuf_exporter is not loaded");
+	why = exporter_ready(_metadata, self->gpu, sizeof(self->gpu), &self->p2p);
+	if (why)
+		SKIP(return, "%s", why);
 	r = ensure_bound(IMPORTER_DRV, self->edu);
 	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_importer: %s", self->edu, strerror(-r));
-	r = ensure_bound(EXPORTER_DRV, self->gpu);
-	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_exporter: %s", self->gpu, strerror(-r));
-	self->p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
-	if (self->p2p < 0)
-		SKIP(return, "no %s: %s", P2P_DEV, strerror(errno));
 	self->dma = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	if (self->dma < 0)
 		SKIP(return, "no %s: %s", DMA_DEV, strerror(errno));
@@ -162,14 +155,11 @@ FIXTURE_TEARDOWN(engine_races)
 
 	if (self->unbinder > 0 && wait_for(self->unbinder, 60, &st) != 1)
 		TH_LOG("an unbind of %s is still in flight at teardown", self->edu);
-	if (self->dma >= 0)
-		close(self->dma);
+	p2pbuf_close(&self->dma);
 	if (self->p2p < 0)
 		return;
 	EXPECT_EQ(0, ensure_bound(IMPORTER_DRV, self->edu));
-	/* Whatever the test did, the provider's memory is all back. */
-	EXPECT_EQ(self->free0, provider_free(self->p2p));
-	EXPECT_EQ(self->avail0, pool_avail(self->gpu));
+	expect_memory_back(_metadata, self->p2p, self->gpu, self->free0, self->avail0);
 	close(self->p2p);
 }
 
@@ -188,8 +178,8 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 	double tu;
 	pid_t u;
 
-	d1 = dev_alloc(self->p2p, len);
-	d2 = dev_alloc(self->p2p, len);
+	d1 = p2pbuf_alloc_fd(self->p2p, len);
+	d2 = p2pbuf_alloc_fd(self->p2p, len);
 	ASSERT_GE(d1, 0);
 	ASSERT_GE(d2, 0);
 	h1 = imp_import(self->dma, d1);
@@ -230,7 +220,7 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 		r = imp_release(self->dma, h1);
 		ksft_print_msg("RELEASE of a handle after the unbind: %s\n", r ? strerror(-r) : "0");
 		EXPECT_TRUE(r == -ENODEV || r == -ENOENT) TH_LOG("RELEASE: %s", strerror(-r));
-		fd = dev_alloc(self->p2p, PAGE);
+		fd = p2pbuf_alloc_fd(self->p2p, PAGE);
 		ASSERT_GE(fd, 0);
 		EXPECT_EQ(-ENODEV, imp_import(self->dma, fd));
 		close(fd);
@@ -243,8 +233,7 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 		EXPECT_EQ(0, close(self->dma));
 		self->dma = -1;
 	}
-	EXPECT_EQ(-1, open(DMA_DEV, O_RDWR | O_CLOEXEC));
-	EXPECT_EQ(ENODEV, errno);
+	EXPECT_ERRNO(ENODEV, open(DMA_DEV, O_RDWR | O_CLOEXEC));
 
 	ASSERT_EQ(0, ensure_bound(IMPORTER_DRV, self->edu));
 	self->dma = open(DMA_DEV, O_RDWR | O_CLOEXEC);
@@ -291,8 +280,8 @@ static void *h3_importer(void *p)
 			}
 		}
 		l->iters++;
-		a = dev_alloc(l->p2p, 64 * 1024);
-		b = dev_alloc(l->p2p, 64 * 1024);
+		a = p2pbuf_alloc_fd(l->p2p, 64 * 1024);
+		b = p2pbuf_alloc_fd(l->p2p, 64 * 1024);
 		if (a < 0 || b < 0) {
 			h3_bad(l, "alloc", a < 0 ? -a : -b);
 			if (a >= 0)
@@ -367,7 +356,7 @@ TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
 	int cycles, fd, h;
 
 	/* Is there a path between the engine and device memory here at all? */
-	fd = dev_alloc(self->p2p, PAGE);
+	fd = p2pbuf_alloc_fd(self->p2p, PAGE);
 	ASSERT_GE(fd, 0);
 	h = imp_import(self->dma, fd);
 	close(fd);

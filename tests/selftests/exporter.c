@@ -95,11 +95,6 @@ static int fdinfo(int fd, const char *key, char *out, size_t len)
 	return ret;
 }
 
-static uint8_t pat(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
-}
-
 static void sync_buf(int fd, __u64 flags)
 {
 	struct dma_buf_sync s = { .flags = flags };
@@ -186,16 +181,12 @@ TEST_F(p2pbuf, provider_ids)
 
 	ASSERT_EQ(0, p2p_info(self->dev, &info));
 	/* Id 0 is no provider: a zeroed struct does not pick one by accident. */
-	EXPECT_EQ(-1, p2p_provider(self->dev, 0, &p));
-	EXPECT_EQ(ENOENT, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
-	EXPECT_EQ(ENOENT, errno);
+	EXPECT_ERRNO(ENOENT, p2p_provider(self->dev, 0, &p));
+	EXPECT_ERRNO(ENOENT, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	/* An id never given out. */
-	EXPECT_EQ(-1, p2p_provider(self->dev, 0xfffffff0U, &p));
-	EXPECT_EQ(ENOENT, errno);
+	EXPECT_ERRNO(ENOENT, p2p_provider(self->dev, 0xfffffff0U, &p));
 	a.provider = 0xfffffff0U;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
-	EXPECT_EQ(ENOENT, errno);
+	EXPECT_ERRNO(ENOENT, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	/* Listing: NEXT from 1, then from the last id + 1, gives nr_providers providers. */
 	for (id = 1;; id = p.id + 1) {
 		memset(&p, 0, sizeof(p));
@@ -217,12 +208,10 @@ TEST_F(p2pbuf, provider_ids)
 	p.size = sizeof(p);
 	p.id = prov_id;
 	p.flags = 2;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
 	p.flags = 0;
 	p.reserved = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_PROVIDER_INFO, &p));
 }
 
 TEST_F(p2pbuf, bad_arguments)
@@ -241,31 +230,24 @@ TEST_F(p2pbuf, bad_arguments)
 	EXPECT_EQ(-EINVAL, p2p_alloc(self->dev, PAGE, 1u << 31, NULL));
 	/* Unknown provider. */
 	a.provider = 1000000;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
-	EXPECT_EQ(ENOENT, errno);
+	EXPECT_ERRNO(ENOENT, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	/* Struct sizes: too small, and larger with non-zero tail. */
 	a.provider = prov_id;
 	a.size = 4;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));
 	memset(&big, 0, sizeof(big));
 	big.i.size = sizeof(big);
 	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &big));
 	big.extra = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_INFO, &big));
-	EXPECT_EQ(E2BIG, errno);
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_INFO, &big));
 	/* Bad pointers, unknown ioctls, unknown info flags. */
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, (void *)16));
-	EXPECT_EQ(EFAULT, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_INFO, NULL));
-	EXPECT_EQ(EFAULT, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x7f), &info));
-	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, (void *)16));
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_IOCTL_INFO, NULL));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x7f), &info));
 	memset(&info, 0, sizeof(info));
 	info.size = sizeof(info);
 	info.flags = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
 	/* Revoke of an fd that is not ours, of a closed fd (EBADF, as the header says). */
 	EXPECT_EQ(-EINVAL, p2p_revoke(self->dev, self->dev));
 	EXPECT_EQ(-EBADF, p2p_revoke(self->dev, 12345));
@@ -280,8 +262,7 @@ TEST_F(p2pbuf, revoke_flags)
 	void *m;
 
 	ASSERT_GE(fd, 0);
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REVOKE, &r));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REVOKE, &r));
 	m = mmap(NULL, PAGE, PROT_READ, MAP_SHARED, fd, 0);
 	EXPECT_NE(MAP_FAILED, m);
 	if (m != MAP_FAILED)
@@ -328,16 +309,13 @@ TEST_F(p2pbuf, refusal)
 	r.size = sizeof(r);
 	r.fd = fd;
 	r.flags = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
 	r.flags = 0;
 	r.reserved = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
 	r.reserved = 0;
 	r.size = 16;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
 	close(fd);
 }
 
@@ -376,12 +354,10 @@ TEST_F(p2pbuf, attachment)
 	a.size = sizeof(a);
 	a.fd = fd;
 	a.flags = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
 	a.flags = 0;
 	a.size = 16;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
 	close(fd);
 }
 
@@ -407,14 +383,10 @@ TEST_F(p2pbuf, ioctl_numbers_encode_their_struct)
 	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &info));
 	/* A newer caller's larger struct still goes with the first version's number. */
 	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, &big));
-	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x00), &info));
-	EXPECT_EQ(ENOTTY, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x00, big), &big));
-	EXPECT_EQ(ENOTTY, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IOR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info), &info));
-	EXPECT_EQ(ENOTTY, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &info));
-	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x00), &info));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x00, big), &big));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IOR(P2PBUF_IOCTL_MAGIC, 0x00, struct p2pbuf_info), &info));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &info));
 }
 
 TEST_F(p2pbuf, alloc_sizes_are_dma_bufs)
@@ -484,9 +456,9 @@ TEST_F(p2pbuf, mmap_fresh_is_zero_and_reaches_device_memory)
 	for (i = 0; i < len; i++)
 		ASSERT_EQ(0, m[i]) TH_LOG("fresh buffer not zero at %zu", i);
 	for (i = 0; i < len; i++)
-		m[i] = pat(i, seed);
+		m[i] = p2pbuf_host_pattern(i, seed);
 	for (i = 0; i < len; i++)
-		ASSERT_EQ(pat(i, seed), m[i]);
+		ASSERT_EQ(p2pbuf_host_pattern(i, seed), m[i]);
 	sync_buf(fd, DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW);
 	/* The host checks these bytes in the ivshmem backing file (xtask/src/hostcheck.rs). */
 	printf("# hostcheck target=gpu offset=%llu len=%zu seed=%u\n", (unsigned long long)off, len, seed);
@@ -535,7 +507,7 @@ TEST_F(p2pbuf, alloc_uninitialized_keeps_stale_data_and_needs_cap_sys_rawio)
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	for (i = 0; i < len; i++)
-		m[i] = pat(i, seed);
+		m[i] = p2pbuf_host_pattern(i, seed);
 	munmap(m, len);
 	close(fd);
 	/* First fit: the same memory again, as it was left. */
@@ -545,7 +517,7 @@ TEST_F(p2pbuf, alloc_uninitialized_keeps_stale_data_and_needs_cap_sys_rawio)
 	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	for (i = 0; i < len; i++)
-		stale += m[i] == pat(i, seed);
+		stale += m[i] == p2pbuf_host_pattern(i, seed);
 	EXPECT_EQ(len, stale) TH_LOG("only %zu of %zu bytes kept", stale, len);
 	munmap(m, len);
 	close(fd);
@@ -655,7 +627,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 			if (cm == MAP_FAILED)
 				_exit(11);
 			for (i = 0; i < len; i++)
-				cm[i] = pat(i, 77);
+				cm[i] = p2pbuf_host_pattern(i, 77);
 			if (write(sv[1], &c, 1) != 1)
 				_exit(12);
 			/* order 1: wait for the parent to close its fd first. */
@@ -670,7 +642,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 		ASSERT_NE(MAP_FAILED, m);
 		for (i = 0; i < len; i++)
-			ASSERT_EQ(pat(i, 77), m[i]);
+			ASSERT_EQ(p2pbuf_host_pattern(i, 77), m[i]);
 		munmap(m, len);
 		close(fd);
 		if (order == 1) {

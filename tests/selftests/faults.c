@@ -43,16 +43,6 @@ static long long provider_free(int p2p)
 	return (long long)p.free;
 }
 
-/* Device memory as a dma-buf fd, or -errno. */
-static int dev_alloc(int p2p, __u64 len)
-{
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
-
-	if (p2pbuf_test_alloc(p2p, &a))
-		return -errno;
-	return a.fd;
-}
-
 /* Imports a dma-buf into the engine; the handle, or -errno. */
 static long engine_import(int dma, int fd)
 {
@@ -104,8 +94,7 @@ FIXTURE_TEARDOWN(faults)
 		EXPECT_EQ(self->free0, provider_free(self->p2p));
 		close(self->p2p);
 	}
-	if (self->dma >= 0)
-		close(self->dma);
+	p2pbuf_close(&self->dma);
 }
 
 /*
@@ -126,7 +115,7 @@ TEST_F_TIMEOUT(faults, sigkill_mid_engine_copy, 120)
 
 	if (self->dma < 0)
 		SKIP(return, "no %s (p2pbuf_importer not loaded or no edu device)", DMA_DEV);
-	s0 = dev_alloc(self->p2p, PAGE);
+	s0 = p2pbuf_alloc_fd(self->p2p, PAGE);
 	ASSERT_GE(s0, 0);
 	h0 = engine_import(self->dma, s0);
 	if (h0 == -EOPNOTSUPP) {
@@ -139,8 +128,8 @@ TEST_F_TIMEOUT(faults, sigkill_mid_engine_copy, 120)
 	pid = fork();
 	ASSERT_GE(pid, 0);
 	if (pid == 0) {
-		int dma = open(DMA_DEV, O_RDWR), a = dev_alloc(self->p2p, len);
-		int b = dev_alloc(self->p2p, len);
+		int dma = open(DMA_DEV, O_RDWR), a = p2pbuf_alloc_fd(self->p2p, len);
+		int b = p2pbuf_alloc_fd(self->p2p, len);
 		long ha = engine_import(dma, a), hb = engine_import(dma, b);
 
 		if (dma < 0 || a < 0 || b < 0 || ha < 0 || hb < 0)
@@ -166,8 +155,8 @@ TEST_F_TIMEOUT(faults, sigkill_mid_engine_copy, 120)
 	EXPECT_EQ(self->free0 - (long long)PAGE, provider_free(self->p2p));
 
 	/* The engine serves the next user: a verified copy. */
-	d0 = dev_alloc(self->p2p, PAGE);
-	d1 = dev_alloc(self->p2p, PAGE);
+	d0 = p2pbuf_alloc_fd(self->p2p, PAGE);
+	d1 = p2pbuf_alloc_fd(self->p2p, PAGE);
 	ASSERT_GE(d0, 0);
 	ASSERT_GE(d1, 0);
 	m0 = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, d0, 0);
@@ -216,7 +205,7 @@ TEST_F(faults, sigkill_while_mapped_after_passing)
 	pid = fork();
 	ASSERT_GE(pid, 0);
 	if (pid == 0) {
-		int b = dev_alloc(self->p2p, len);
+		int b = p2pbuf_alloc_fd(self->p2p, len);
 		uint8_t *cm_map;
 
 		if (b < 0)
@@ -343,6 +332,12 @@ static unsigned long real_cmd(unsigned long nr)
 }
 
 /* A valid argument for ioctl number nr (any other nr: an empty struct with a size field). */
+/* An fd for a fuzzed struct: mostly the planted valid one, else a small number. */
+static int fuzz_fd(int planted)
+{
+	return rnd() % 4 ? planted : (int)(rnd() % 8);
+}
+
 static void template(uint32_t *d, unsigned long nr, int planted)
 {
 	memset(d, 0, 512);
@@ -370,21 +365,21 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 		struct p2pbuf_revoke *r = (void *)d;
 
 		r->size = sizeof(*r);
-		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		r->fd = fuzz_fd(planted);
 		break;
 	}
 	case 0x04: {
 		struct p2pbuf_refusal *r = (void *)d;
 
 		r->size = sizeof(*r);
-		r->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		r->fd = fuzz_fd(planted);
 		break;
 	}
 	case 0x05: {
 		struct p2pbuf_attachment *a = (void *)d;
 
 		a->size = sizeof(*a);
-		a->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		a->fd = fuzz_fd(planted);
 		a->index = rnd() % 4 ? 0 : (uint32_t)rnd();
 		break;
 	}
@@ -392,7 +387,7 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 		struct p2pbuf_dma_import *im = (void *)d;
 
 		im->size = sizeof(*im);
-		im->fd = rnd() % 4 ? planted : (int)(rnd() % 8);
+		im->fd = fuzz_fd(planted);
 		break;
 	}
 	case 0x11: {
@@ -437,7 +432,7 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 		int32_t i[128];
 	} u;
 	int bad = 0, i;
-	int planted = dev_alloc(p2p, PAGE);
+	int planted = p2pbuf_alloc_fd(p2p, PAGE);
 
 	fuzz_provider = p2pbuf_first_provider(p2p);
 	static const unsigned long bad_ptrs[] = {
@@ -468,7 +463,7 @@ static int fuzz(struct __test_metadata *_metadata, int dev, int p2p, int iters,
 		if (i % 50 == 49) {
 			/* A fresh planted buffer now and then: the fuzzer may have revoked it. */
 			close(planted);
-			planted = dev_alloc(p2p, PAGE);
+			planted = p2pbuf_alloc_fd(p2p, PAGE);
 			if (planted < 0)
 				break;
 		}

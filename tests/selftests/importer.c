@@ -81,104 +81,19 @@ __attribute__((destructor)) static void unload_modules(void)
 		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
 }
 
-/* A dma-buf with a CPU mapping. */
-struct buf {
-	int fd;		/* the dma-buf */
-	int memfd;	/* udmabuf: its memfd; device memory: -1 */
-	uint8_t *map;
-	size_t size;
-};
-
-static void buf_free(struct buf *b)
-{
-	if (b->map && b->map != MAP_FAILED)
-		munmap(b->map, b->size);
-	if (b->fd >= 0)
-		close(b->fd);
-	if (b->memfd >= 0)
-		close(b->memfd);
-	memset(b, 0, sizeof(*b));
-	b->fd = b->memfd = -1;
-}
-
-/* System memory: a sealed memfd turned into a dma-buf by /dev/udmabuf. Returns 0 or -errno. */
-static int udmabuf_alloc(struct buf *b, size_t size)
-{
-	struct udmabuf_create c = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = size };
-	int dev, err;
-
-	memset(b, 0, sizeof(*b));
-	b->fd = -1;
-	b->size = size;
-	b->memfd = memfd_create("p2pbuf-importer", MFD_ALLOW_SEALING | MFD_CLOEXEC);
-	if (b->memfd < 0)
-		return -errno;
-	if (ftruncate(b->memfd, size) || fcntl(b->memfd, F_ADD_SEALS, F_SEAL_SHRINK))
-		goto fail;
-	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->memfd, 0);
-	if (b->map == MAP_FAILED)
-		goto fail;
-	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
-	if (dev < 0)
-		goto fail;
-	c.memfd = b->memfd;
-	b->fd = ioctl(dev, UDMABUF_CREATE, &c);
-	err = errno;
-	close(dev);
-	if (b->fd < 0) {
-		errno = err;
-		goto fail;
-	}
-	return 0;
-fail:
-	err = -errno;
-	buf_free(b);
-	return err;
-}
-
-/* Device memory from the exporter's provider 0. Returns 0 or -errno. */
-static int devbuf_alloc(int p2p, struct buf *b, size_t size)
-{
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
-	int err;
-
-	memset(b, 0, sizeof(*b));
-	b->fd = b->memfd = -1;
-	b->size = size;
-	if (p2pbuf_test_alloc(p2p, &a))
-		return -errno;
-	b->fd = a.fd;
-	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
-	if (b->map == MAP_FAILED) {
-		err = -errno;
-		buf_free(b);
-		return err;
-	}
-	return 0;
-}
-
-static void cpu_access(struct buf *b, int start)
-{
-	struct dma_buf_sync s = {
-		.flags = (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW,
-	};
-
-	ioctl(b->fd, DMA_BUF_IOCTL_SYNC, &s);
-}
-
 static uint8_t pat(size_t i, unsigned int seed)
 {
 	return (uint8_t)(i * 31 + seed + (i >> 11));
 }
 
-static void fill(struct buf *b, unsigned int seed)
+static void fill(struct p2pbuf_buf *b, unsigned int seed)
 {
 	size_t i;
 
-	cpu_access(b, 1);
+	p2pbuf_cpu_access(b, 1);
 	for (i = 0; i < b->size; i++)
 		b->map[i] = pat(i, seed);
-	cpu_access(b, 0);
+	p2pbuf_cpu_access(b, 0);
 }
 
 /* Returns the handle, or -errno; fills *out if given. */
@@ -225,8 +140,8 @@ static long imp_copy(int dev, __u32 src, __u64 soff, __u32 dst, __u64 doff, __u6
  * the range holds the source's bytes and everything around it is untouched. Returns the
  * number of bad bytes (0: good), or -errno if the copy failed.
  */
-static long copy_and_check(struct __test_metadata *_metadata, int dev, struct buf *src,
-			   __u32 hs, size_t soff, struct buf *dst, __u32 hd, size_t doff, size_t len,
+static long copy_and_check(struct __test_metadata *_metadata, int dev, struct p2pbuf_buf *src,
+			   __u32 hs, size_t soff, struct p2pbuf_buf *dst, __u32 hd, size_t doff, size_t len,
 			   unsigned int seed)
 {
 	struct p2pbuf_dma_copy a = {
@@ -249,7 +164,7 @@ static long copy_and_check(struct __test_metadata *_metadata, int dev, struct bu
 	}
 	EXPECT_EQ((long)len, r);
 	EXPECT_EQ((__u64)len, a.copied);
-	cpu_access(dst, 1);
+	p2pbuf_cpu_access(dst, 1);
 	for (i = 0; i < dst->size; i++) {
 		uint8_t want = (i >= doff && i < doff + len) ? pat(i - doff + soff, seed) :
 							       pat(i, seed + 101);
@@ -257,7 +172,7 @@ static long copy_and_check(struct __test_metadata *_metadata, int dev, struct bu
 		if (dst->map[i] != want && !bad++)
 			first = i;
 	}
-	cpu_access(dst, 0);
+	p2pbuf_cpu_access(dst, 0);
 	if (bad)
 		TH_LOG("copy %zu bytes %zu -> %zu: %zu bad bytes, first at %zu", len, soff, doff,
 		       bad, first);
@@ -318,7 +233,7 @@ static void *bg_copy_fn(void *arg)
 FIXTURE(importer)
 {
 	int dev;
-	struct buf a, b;	/* two system-memory buffers */
+	struct p2pbuf_buf a, b;	/* two system-memory buffers */
 	int ha, hb;
 };
 
@@ -332,11 +247,11 @@ FIXTURE_SETUP(importer)
 	if (self->dev < 0)
 		SKIP(return, DMA_DEV ": %s (no edu device 1234:11e8, or p2pbuf_importer not loaded)",
 		     strerror(errno));
-	r = udmabuf_alloc(&self->a, size);
+	r = p2pbuf_udmabuf_alloc(&self->a, size);
 	if (r == -ENOENT)
 		SKIP(return, "no /dev/udmabuf");
 	ASSERT_EQ(0, r) TH_LOG("udmabuf: %s", strerror(-r));
-	ASSERT_EQ(0, udmabuf_alloc(&self->b, size));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&self->b, size));
 	self->ha = imp_import(self->dev, self->a.fd, NULL);
 	ASSERT_GT(self->ha, 0) TH_LOG("import: %s", strerror(-self->ha));
 	self->hb = imp_import(self->dev, self->b.fd, NULL);
@@ -345,24 +260,23 @@ FIXTURE_SETUP(importer)
 
 FIXTURE_TEARDOWN(importer)
 {
-	buf_free(&self->a);
-	buf_free(&self->b);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_buf_free(&self->a);
+	p2pbuf_buf_free(&self->b);
+	p2pbuf_close(&self->dev);
 }
 
 TEST_F(importer, import_reports_the_buffer)
 {
 	struct p2pbuf_dma_import info;
 	struct stat st;
-	struct buf c;
+	struct p2pbuf_buf c;
 	int h;
 
 	/* The device node is root's only. */
 	ASSERT_EQ(0, stat(DMA_DEV, &st));
 	EXPECT_EQ(0600U, st.st_mode & 0777);
 	EXPECT_EQ(0U, st.st_uid);
-	ASSERT_EQ(0, udmabuf_alloc(&c, 3 * PAGE));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&c, 3 * PAGE));
 	h = imp_import(self->dev, c.fd, &info);
 	ASSERT_GT(h, 0);
 	EXPECT_NE(self->ha, h);
@@ -375,7 +289,7 @@ TEST_F(importer, import_reports_the_buffer)
 	EXPECT_EQ(1, attached_devices(c.fd));
 	EXPECT_EQ(0, imp_release(self->dev, h));
 	EXPECT_EQ(0, attached_devices(c.fd));
-	buf_free(&c);
+	p2pbuf_buf_free(&c);
 }
 
 TEST_F_TIMEOUT(importer, copy_system_memory_sizes_and_offsets, 600)
@@ -405,9 +319,9 @@ TEST_F(importer, copy_within_one_buffer)
 	/* Disjoint ranges of one buffer are fine, in both orders. */
 	EXPECT_EQ((long)PAGE, imp_copy(self->dev, self->ha, 0, self->ha, 2 * PAGE + 1, PAGE));
 	EXPECT_EQ(10L, imp_copy(self->dev, self->ha, 5 * PAGE, self->ha, 10, 10));
-	cpu_access(&self->a, 1);
+	p2pbuf_cpu_access(&self->a, 1);
 	EXPECT_EQ(0, memcmp(self->a.map + 2 * PAGE + 1, self->a.map, 10));
-	cpu_access(&self->a, 0);
+	p2pbuf_cpu_access(&self->a, 0);
 	/* Overlapping ranges are refused (the engine's window is no memmove). */
 	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->ha, 100, 200));
 	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 100, self->ha, 0, 200));
@@ -439,41 +353,31 @@ TEST_F(importer, import_errors)
 	/* Unknown flags. */
 	a.fd = self->a.fd;
 	a.flags = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &a));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &a));
 	/* Struct sizes: too small; larger with a non-zero tail; larger with a zero tail. */
 	a.flags = 0;
 	a.size = 8;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &a));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &a));
 	memset(&big, 0, sizeof(big));
 	big.i.size = sizeof(big);
 	big.i.fd = self->a.fd;
 	big.extra[1] = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &big));
-	EXPECT_EQ(E2BIG, errno);
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &big));
 	big.extra[1] = 0;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &big));
-	EXPECT_EQ(EEXIST, errno);
+	EXPECT_ERRNO(EEXIST, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, &big));
 	/* Bad pointers, unknown ioctls. */
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, (void *)16));
-	EXPECT_EQ(EFAULT, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, NULL));
-	EXPECT_EQ(EFAULT, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x1f), &a));
-	EXPECT_EQ(ENOTTY, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &a));
-	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, (void *)16));
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_IMPORT, NULL));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x1f), &a));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x02), &a));
 	/* The numbers carry direction and the first version's size (strace decodes them); the
 	 * same nr with no direction, or another size, is not the ioctl. */
 	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_DMA_IOCTL_IMPORT));
 	EXPECT_EQ(sizeof(struct p2pbuf_dma_import), _IOC_SIZE(P2PBUF_DMA_IOCTL_IMPORT));
 	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(P2PBUF_DMA_IOCTL_RELEASE));
 	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_DMA_IOCTL_COPY));
-	EXPECT_EQ(-1, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x10), &a));
-	EXPECT_EQ(ENOTTY, errno);
-	EXPECT_EQ(-1, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x10, big), &a));
-	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x10), &a));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x10, big), &a));
 	/* After all that, a release and a new import work. */
 	EXPECT_EQ(0, imp_release(self->dev, self->ha));
 	r = imp_import(self->dev, self->a.fd, NULL);
@@ -487,7 +391,7 @@ TEST_F(importer, copy_errors)
 		.src_handle = self->ha, .dst_handle = self->hb, .len = 1,
 	};
 	__u64 size = self->a.size;
-	struct buf small;
+	struct p2pbuf_buf small;
 	int hs;
 
 	/* Unknown handles. */
@@ -501,7 +405,7 @@ TEST_F(importer, copy_errors)
 	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 2, ~0ULL));
 	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 0, 0));
 	/* A smaller destination bounds the copy. */
-	ASSERT_EQ(0, udmabuf_alloc(&small, PAGE));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&small, PAGE));
 	hs = imp_import(self->dev, small.fd, NULL);
 	ASSERT_GT(hs, 0);
 	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, hs, 0, PAGE + 1));
@@ -509,30 +413,26 @@ TEST_F(importer, copy_errors)
 	/* Unknown flags, bad pointers. */
 	a.flags = 1;
 	EXPECT_EQ(-EINVAL, imp_copy_args(self->dev, &a));
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_COPY, (void *)8));
-	EXPECT_EQ(EFAULT, errno);
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_COPY, (void *)8));
 	/* A released handle is unknown. */
 	EXPECT_EQ(0, imp_release(self->dev, hs));
 	EXPECT_EQ(-ENOENT, imp_copy(self->dev, self->ha, 0, hs, 0, 1));
-	buf_free(&small);
+	p2pbuf_buf_free(&small);
 }
 
 TEST_F(importer, release_errors)
 {
 	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = self->ha, .flags = 1 };
 
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
 	r.flags = 0;
 	r.reserved = 1;
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
 	EXPECT_EQ(-ENOENT, imp_release(self->dev, 0));
 	EXPECT_EQ(-ENOENT, imp_release(self->dev, 999999));
 	EXPECT_EQ(0, imp_release(self->dev, self->ha));
 	EXPECT_EQ(-ENOENT, imp_release(self->dev, self->ha));
-	EXPECT_EQ(-1, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, (void *)8));
-	EXPECT_EQ(EFAULT, errno);
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, (void *)8));
 }
 
 TEST_F(importer, handles_are_per_file_and_released_on_close)
@@ -591,10 +491,10 @@ TEST_F_TIMEOUT(importer, concurrent_copies, 120)
 		ASSERT_EQ(0, pthread_join(t[i], NULL));
 		EXPECT_EQ((long)(5 * PAGE), c[i].ret);
 	}
-	cpu_access(&self->b, 1);
+	p2pbuf_cpu_access(&self->b, 1);
 	EXPECT_EQ(0, memcmp(self->b.map, self->a.map, 5 * PAGE));
 	EXPECT_EQ(0, memcmp(self->b.map + 8 * PAGE + 11, self->a.map + 8 * PAGE + 3, 5 * PAGE));
-	cpu_access(&self->b, 0);
+	p2pbuf_cpu_access(&self->b, 0);
 }
 
 static void on_sigusr1(int sig)
@@ -624,10 +524,10 @@ TEST_F_TIMEOUT(importer, signal_gives_short_count, 120)
 	ASSERT_GT(c.ret, 0L);
 	EXPECT_LT(c.ret, 64 * 1024L);
 	EXPECT_EQ((__u64)c.ret, c.a.copied);
-	cpu_access(&self->b, 1);
+	p2pbuf_cpu_access(&self->b, 1);
 	EXPECT_EQ(0, memcmp(self->b.map, self->a.map, c.a.copied));
 	EXPECT_NE(0, memcmp(self->b.map + c.a.copied, self->a.map + c.a.copied, PAGE));
-	cpu_access(&self->b, 0);
+	p2pbuf_cpu_access(&self->b, 0);
 }
 
 /* Unbinding the engine stops a copy in flight, detaches every buffer; binding again works. */
@@ -656,8 +556,7 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	EXPECT_EQ(0, attached_devices(self->b.fd));
 	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->ha, 0, self->hb, 0, 1));
 	EXPECT_EQ(-ENODEV, imp_import(self->dev, self->a.fd, NULL));
-	EXPECT_EQ(-1, open(DMA_DEV, O_RDWR));
-	EXPECT_EQ(ENODEV, errno);
+	EXPECT_ERRNO(ENODEV, open(DMA_DEV, O_RDWR));
 	/* Bound again, the engine serves new files. */
 	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/bind", name);
 	ASSERT_EQ(0, r) TH_LOG("bind %s: %s", name, strerror(-r));
@@ -677,7 +576,7 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 FIXTURE(devmem)
 {
 	int dev, p2p;
-	struct buf d1, d2, s;
+	struct p2pbuf_buf d1, d2, s;
 	int h1, h2, hs;
 	struct p2pbuf_dma_import info;
 };
@@ -698,11 +597,11 @@ FIXTURE_SETUP(devmem)
 	if (self->p2p < 0)
 		SKIP(return, "/dev/p2pbuf: %s (p2pbuf_exporter not loaded or not bound)",
 		     strerror(errno));
-	r = devbuf_alloc(self->p2p, &self->d1, DEVMEM_SIZE);
+	r = p2pbuf_devbuf_alloc(self->p2p, &self->d1, DEVMEM_SIZE);
 	if (r)
 		SKIP(return, "/dev/p2pbuf alloc: %s", strerror(-r));
-	ASSERT_EQ(0, devbuf_alloc(self->p2p, &self->d2, DEVMEM_SIZE));
-	r = udmabuf_alloc(&self->s, DEVMEM_SIZE);
+	ASSERT_EQ(0, p2pbuf_devbuf_alloc(self->p2p, &self->d2, DEVMEM_SIZE));
+	r = p2pbuf_udmabuf_alloc(&self->s, DEVMEM_SIZE);
 	if (r == -ENOENT)
 		SKIP(return, "no /dev/udmabuf");
 	ASSERT_EQ(0, r);
@@ -718,13 +617,11 @@ FIXTURE_SETUP(devmem)
 
 FIXTURE_TEARDOWN(devmem)
 {
-	buf_free(&self->d1);
-	buf_free(&self->d2);
-	buf_free(&self->s);
-	if (self->p2p >= 0)
-		close(self->p2p);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_buf_free(&self->d1);
+	p2pbuf_buf_free(&self->d2);
+	p2pbuf_buf_free(&self->s);
+	p2pbuf_close(&self->p2p);
+	p2pbuf_close(&self->dev);
 }
 
 TEST_F(devmem, import_reports_peer_to_peer)
@@ -765,8 +662,7 @@ TEST_F(devmem, import_reports_peer_to_peer)
 	memset(&a, 0, sizeof(a));
 	a.size = sizeof(a);
 	a.fd = self->d1.fd;
-	EXPECT_EQ(-1, ioctl(self->p2p, P2PBUF_IOCTL_ATTACHMENT, &a));
-	EXPECT_EQ(ENOENT, errno);
+	EXPECT_ERRNO(ENOENT, ioctl(self->p2p, P2PBUF_IOCTL_ATTACHMENT, &a));
 	EXPECT_EQ(0U, a.nr_attachments);
 }
 
@@ -823,11 +719,11 @@ TEST_F_TIMEOUT(devmem, revoke_mid_copy, 300)
 	EXPECT_GT(c.a.copied, 0ULL);
 	EXPECT_LT(c.a.copied, (__u64)DEVMEM_SIZE);
 	/* What was copied is right, and nothing past it was written. */
-	cpu_access(&self->s, 1);
+	p2pbuf_cpu_access(&self->s, 1);
 	for (i = 0; i < DEVMEM_SIZE; i++)
 		if (self->s.map[i] != (i < c.a.copied ? pat(i, 42) : pat(i, 99)))
 			bad++;
-	cpu_access(&self->s, 0);
+	p2pbuf_cpu_access(&self->s, 0);
 	EXPECT_EQ(0UL, bad);
 	/* Every later use of the revoked buffer fails the same way; the others still work. */
 	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->h1, 0, self->hs, 0, 1));

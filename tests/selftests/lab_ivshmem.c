@@ -16,49 +16,20 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "p2pbuf_test.h"
 
 #define LAB_FROM_END (4UL << 20)
 #define LAB_LEN 4096UL
 
+/* The path of BAR 2 of the first ivshmem-plain device (1af4:1110); 0, or -1 for none. */
 static int find_ivshmem(char *path, size_t len)
 {
-	DIR *d = opendir("/sys/bus/pci/devices");
-	struct dirent *e;
-	int found = -1;
+	char pci[64];
 
-	if (!d)
+	if (p2pbuf_pci_find("0x1af4", "0x1110", pci, sizeof(pci)))
 		return -1;
-	while ((e = readdir(d))) {
-		char p[512], v[16] = "", id[16] = "";
-		FILE *f;
-
-		snprintf(p, sizeof(p), "/sys/bus/pci/devices/%s/vendor", e->d_name);
-		f = fopen(p, "r");
-		if (!f)
-			continue;
-		if (!fgets(v, sizeof(v), f))
-			v[0] = 0;
-		fclose(f);
-		snprintf(p, sizeof(p), "/sys/bus/pci/devices/%s/device", e->d_name);
-		f = fopen(p, "r");
-		if (!f)
-			continue;
-		if (!fgets(id, sizeof(id), f))
-			id[0] = 0;
-		fclose(f);
-		if (!strncmp(v, "0x1af4", 6) && !strncmp(id, "0x1110", 6)) {
-			snprintf(path, len, "/sys/bus/pci/devices/%s/resource2", e->d_name);
-			found = 0;
-			break;
-		}
-	}
-	closedir(d);
-	return found;
-}
-
-static uint8_t pattern(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
+	snprintf(path, len, "/sys/bus/pci/devices/%s/resource2", pci);
+	return 0;
 }
 
 TEST(bar2_write_read_back)
@@ -80,9 +51,9 @@ TEST(bar2_write_read_back)
 	bar = mmap(NULL, LAB_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
 	ASSERT_NE(MAP_FAILED, (void *)bar) TH_LOG("mmap %s: %s", path, strerror(errno));
 	for (i = 0; i < LAB_LEN; i++)
-		bar[i] = pattern(i, seed);
+		bar[i] = p2pbuf_host_pattern(i, seed);
 	for (i = 0; i < LAB_LEN; i++)
-		ASSERT_EQ(pattern(i, seed), bar[i]);
+		ASSERT_EQ(p2pbuf_host_pattern(i, seed), bar[i]);
 	printf("# hostcheck target=gpu offset=%zu len=%lu seed=%u\n", off, LAB_LEN, seed);
 	fflush(stdout);
 	munmap((void *)bar, LAB_LEN);

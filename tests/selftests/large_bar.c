@@ -153,10 +153,8 @@ FIXTURE_SETUP(large)
 
 FIXTURE_TEARDOWN(large)
 {
-	if (self->dma >= 0)
-		close(self->dma);
-	if (self->dev >= 0)
-		close(self->dev);
+	p2pbuf_close(&self->dma);
+	p2pbuf_close(&self->dev);
 }
 
 /* One buffer of `size` bytes, imported by the engine: its table as the exporter built it. */

@@ -146,10 +146,8 @@ FIXTURE_TEARDOWN(cmb)
 {
 	if (self->cmb != MAP_FAILED)
 		munmap(self->cmb, LEN);
-	if (self->afd >= 0)
-		close(self->afd);
-	if (self->nvme >= 0)
-		close(self->nvme);
+	p2pbuf_close(&self->afd);
+	p2pbuf_close(&self->nvme);
 }
 
 /* The allocator: mmap takes CMB memory, munmap gives it back; misuse is refused. */
@@ -212,16 +210,6 @@ TEST_F(cmb, namespace_to_cmb_and_back)
 	free(host);
 }
 
-static int p2p_alloc(int dev, __u64 length, __u64 *offset)
-{
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = length };
-
-	if (p2pbuf_test_alloc(dev, &a))
-		return -errno;
-	*offset = a.offset;
-	return a.fd;
-}
-
 /* Exporter device memory -> drive -> CMB -> drive -> other device memory. */
 TEST_F(cmb, cmb_and_device_memory)
 {
@@ -229,12 +217,13 @@ TEST_F(cmb, cmb_and_device_memory)
 	unsigned int seed = ((unsigned int)getpid() & 0x3f) + 71;
 	unsigned long long glo, ghi;
 	char gdev[PATH_MAX];
-	__u64 off_a = 0, off_b = 0, off_s = 0;
+	struct p2pbuf_buf buf[2];
+	__u64 off_a, off_b;
 	const char *iommu = getenv("P2PBUF_IOMMU");
 	/* With an IOMMU the drive gets IOVAs for the device memory, not its BAR addresses. */
 	int phys = !iommu || strcmp(iommu, "1");
 	ssize_t n;
-	int p2p, fa, fb, spacer;
+	int p2p;
 	uint8_t *a, *b;
 	long bad;
 
@@ -245,17 +234,9 @@ TEST_F(cmb, cmb_and_device_memory)
 	snprintf(gdev, sizeof(gdev), "/sys/bus/pci/devices/%s", p.pci_name);
 	ASSERT_EQ(0, p2pbuf_bar_range(gdev, (int)p.bar, &glo, &ghi));
 	/* Buffers at 5/8 of the BAR, where no other test of the boot puts its own. */
-	spacer = p2p_alloc(p2p, (p.total / 8 * 5) & ~4095ULL, &off_s);
-	ASSERT_GE(spacer, 0);
-	fa = p2p_alloc(p2p, LEN, &off_a);
-	fb = p2p_alloc(p2p, LEN, &off_b);
-	close(spacer);
-	ASSERT_GE(fa, 0);
-	ASSERT_GE(fb, 0);
-	a = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fa, 0);
-	b = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fb, 0);
-	ASSERT_NE(MAP_FAILED, a);
-	ASSERT_NE(MAP_FAILED, b);
+	ASSERT_EQ(0, p2pbuf_devbuf_pair_at(p2p, (p.total / 8 * 5) & ~4095ULL, LEN, buf));
+	a = buf[0].map, off_a = buf[0].bar_offset;
+	b = buf[1].map, off_b = buf[1].bar_offset;
 	TH_LOG("device memory %s BAR%u %#llx-%#llx, buffers at +%#llx and +%#llx", p.pci_name,
 	       p.bar, glo, ghi - 1, (unsigned long long)off_a, (unsigned long long)off_b);
 
@@ -287,10 +268,8 @@ TEST_F(cmb, cmb_and_device_memory)
 	       LEN, seed);
 	fflush(stdout);
 out:
-	munmap(a, LEN);
-	munmap(b, LEN);
-	close(fa);
-	close(fb);
+	p2pbuf_buf_free(&buf[0]);
+	p2pbuf_buf_free(&buf[1]);
 	close(p2p);
 }
 

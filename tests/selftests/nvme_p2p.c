@@ -115,38 +115,26 @@ FIXTURE_SETUP(nvme)
 FIXTURE_TEARDOWN(nvme)
 {
 	close(self->dev);
-	if (self->nvme >= 0)
-		close(self->nvme);
+	p2pbuf_close(&self->nvme);
 }
 
 /* Device memory -> drive -> other device memory, with the CPU never touching the data. */
 TEST_F(nvme, device_memory_round_trip)
 {
 	unsigned int seed = ((unsigned int)getpid() & 0x7f) + 1;
-	__u64 off_a = 0, off_b = 0;
+	struct p2pbuf_provider_info p = { .size = sizeof(p) };
+	struct p2pbuf_buf buf[2];
+	__u64 off_a, off_b;
+	unsigned long long lo, hi;
 	uint8_t *a, *b;
 	ssize_t n;
 	size_t i;
-	int fa, fb;
-
-	struct p2pbuf_provider_info p = { .size = sizeof(p) };
-	unsigned long long lo, hi;
-	__u64 spacer_off;
-	int spacer;
 
 	/* Put the buffers at 1/2 of the BAR: below exporter.c's (3/4), above later tests' ones. */
 	ASSERT_EQ(0, p2pbuf_first_provider_info(self->dev, &p));
-	spacer = p2p_alloc(self->dev, (p.total / 2) & ~4095ULL, &spacer_off);
-	ASSERT_GE(spacer, 0);
-	fa = p2p_alloc(self->dev, LEN, &off_a);
-	fb = p2p_alloc(self->dev, LEN, &off_b);
-	close(spacer);
-	ASSERT_GE(fa, 0);
-	ASSERT_GE(fb, 0);
-	a = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fa, 0);
-	b = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fb, 0);
-	ASSERT_NE(MAP_FAILED, a);
-	ASSERT_NE(MAP_FAILED, b);
+	ASSERT_EQ(0, p2pbuf_devbuf_pair_at(self->dev, (p.total / 2) & ~4095ULL, LEN, buf));
+	a = buf[0].map, off_a = buf[0].bar_offset;
+	b = buf[1].map, off_b = buf[1].bar_offset;
 	for (i = 0; i < LEN; i++)
 		a[i] = pat(i, seed);
 
@@ -178,10 +166,8 @@ TEST_F(nvme, device_memory_round_trip)
 		dma_check("read", NVME_OFF, LEN, "p2p", lo + off_b, lo + off_b + LEN);
 	}
 out:
-	munmap(a, LEN);
-	munmap(b, LEN);
-	close(fa);
-	close(fb);
+	p2pbuf_buf_free(&buf[0]);
+	p2pbuf_buf_free(&buf[1]);
 }
 
 /*
@@ -222,8 +208,7 @@ TEST_F(nvme, unaligned_direct_io_refused)
 	ASSERT_GE(fa, 0);
 	a = mmap(NULL, 1UL << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fa, 0);
 	ASSERT_NE(MAP_FAILED, a);
-	EXPECT_EQ(-1, pread(self->nvme, a + 1, 4096, 0));
-	EXPECT_EQ(EINVAL, errno);
+	EXPECT_ERRNO(EINVAL, pread(self->nvme, a + 1, 4096, 0));
 	munmap(a, 1UL << 20);
 	close(fa);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Helpers the p2pbuf selftests and benchmarks share: which provider to allocate from, the
- * monotonic clock, numbers from the kernel command line, and sysfs writes.
+ * Helpers the p2pbuf selftests and benchmarks share: which provider to allocate from, device
+ * memory and udmabuf buffers with a CPU mapping, the host-check pattern, the monotonic clock,
+ * numbers from the kernel command line, sysfs writes and PCI look-ups.
  */
 #ifndef P2PBUF_TEST_H
 #define P2PBUF_TEST_H
@@ -9,12 +10,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/dma-buf.h>
+#include <linux/udmabuf.h>
 #include "uapi/linux/p2pbuf.h"
 
 /*
@@ -50,6 +55,159 @@ static inline int p2pbuf_test_alloc(int dev, struct p2pbuf_alloc *a)
 	if (!a->provider)
 		a->provider = p2pbuf_first_provider(dev);
 	return ioctl(dev, P2PBUF_IOCTL_ALLOC, a);
+}
+
+/* In a kselftest: expect the ioctl-style call expr to fail (-1) with errno err. */
+#define EXPECT_ERRNO(err, expr)				\
+	do {						\
+		EXPECT_EQ(-1, (expr));			\
+		EXPECT_EQ(err, errno);			\
+	} while (0)
+
+/* Device memory of the first bound provider as a dma-buf fd, or -errno. */
+static inline int p2pbuf_alloc_fd(int dev, __u64 len)
+{
+	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
+
+	if (p2pbuf_test_alloc(dev, &a))
+		return -errno;
+	return a.fd;
+}
+
+/*
+ * The pattern of xtask's host check (xtask/src/hostcheck.rs): byte i of what a test writes to
+ * device memory that the host then reads back from the BAR's backing file.
+ */
+static inline uint8_t p2pbuf_host_pattern(size_t i, unsigned int seed)
+{
+	return (uint8_t)(i * 13 + seed + (i >> 12));
+}
+
+/* A dma-buf with a CPU mapping: device memory (p2pbuf_devbuf_alloc) or system memory
+ * (p2pbuf_udmabuf_alloc). */
+struct p2pbuf_buf {
+	int fd;			/* the dma-buf */
+	int memfd;		/* system memory: its memfd; device memory: -1 */
+	uint8_t *map;
+	size_t size;
+	__u64 bar_offset;	/* device memory: where it starts in the BAR */
+	int handle;		/* the engine tests: its handle on /dev/p2pbuf-dma */
+	const char *what;	/* "device" or "system" */
+};
+
+/* Unmaps and closes what b holds; b is then empty (fds -1). */
+static inline void p2pbuf_buf_free(struct p2pbuf_buf *b)
+{
+	if (b->map && b->map != MAP_FAILED)
+		munmap(b->map, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	if (b->memfd >= 0)
+		close(b->memfd);
+	memset(b, 0, sizeof(*b));
+	b->fd = b->memfd = -1;
+}
+
+/* System memory: a sealed memfd turned into a dma-buf by /dev/udmabuf, mapped through the
+ * memfd. 0, or -errno with b empty. */
+static inline int p2pbuf_udmabuf_alloc(struct p2pbuf_buf *b, size_t size)
+{
+	struct udmabuf_create c = { .flags = UDMABUF_FLAGS_CLOEXEC, .size = size };
+	int dev, err;
+
+	memset(b, 0, sizeof(*b));
+	b->fd = -1;
+	b->size = size;
+	b->what = "system";
+	b->memfd = memfd_create("p2pbuf-test", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	if (b->memfd < 0)
+		return -errno;
+	if (ftruncate(b->memfd, size) || fcntl(b->memfd, F_ADD_SEALS, F_SEAL_SHRINK))
+		goto fail;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->memfd, 0);
+	if (b->map == MAP_FAILED)
+		goto fail;
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		goto fail;
+	c.memfd = b->memfd;
+	b->fd = ioctl(dev, UDMABUF_CREATE, &c);
+	err = errno;
+	close(dev);
+	if (b->fd < 0) {
+		errno = err;
+		goto fail;
+	}
+	return 0;
+fail:
+	err = -errno;
+	p2pbuf_buf_free(b);
+	return err;
+}
+
+/* Device memory from the first bound provider, mapped. 0, or -errno with b empty. */
+static inline int p2pbuf_devbuf_alloc(int p2p, struct p2pbuf_buf *b, size_t size)
+{
+	struct p2pbuf_alloc a = { .size = sizeof(a), .length = size };
+	int err;
+
+	memset(b, 0, sizeof(*b));
+	b->fd = b->memfd = -1;
+	b->size = size;
+	b->what = "device";
+	if (p2pbuf_test_alloc(p2p, &a))
+		return -errno;
+	b->fd = a.fd;
+	b->bar_offset = a.offset;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+	if (b->map == MAP_FAILED) {
+		err = -errno;
+		p2pbuf_buf_free(b);
+		return err;
+	}
+	return 0;
+}
+
+/*
+ * Two buffers of device memory of size bytes each, mapped (b[0], b[1]), placed after the first
+ * `at` bytes of the provider's free memory: a spacer of that size is allocated first and freed
+ * after them. 0, or -errno with both empty.
+ */
+static inline int p2pbuf_devbuf_pair_at(int p2p, __u64 at, size_t size, struct p2pbuf_buf b[2])
+{
+	int spacer = p2pbuf_alloc_fd(p2p, at), err;
+
+	b[0].fd = b[0].memfd = b[1].fd = b[1].memfd = -1;
+	b[0].map = b[1].map = NULL;
+	if (spacer < 0)
+		return spacer;
+	err = p2pbuf_devbuf_alloc(p2p, &b[0], size);
+	if (!err)
+		err = p2pbuf_devbuf_alloc(p2p, &b[1], size);
+	close(spacer);
+	if (err) {
+		p2pbuf_buf_free(&b[0]);
+		p2pbuf_buf_free(&b[1]);
+	}
+	return err;
+}
+
+/* DMA_BUF_IOCTL_SYNC start (start != 0) or end of read/write CPU access to b. */
+static inline void p2pbuf_cpu_access(struct p2pbuf_buf *b, int start)
+{
+	struct dma_buf_sync s = {
+		.flags = (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW,
+	};
+
+	ioctl(b->fd, DMA_BUF_IOCTL_SYNC, &s);
+}
+
+/* Closes *fd if it is open, and marks it closed (-1). */
+static inline void p2pbuf_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
 }
 
 /* Seconds on the monotonic clock. */
@@ -142,6 +300,52 @@ static inline int p2pbuf_bar_range(const char *dev, int bar, unsigned long long 
 	*lo = s;
 	*hi = e + 1;
 	return 0;
+}
+
+/* The first line of the file at path into buf (empty if it has none); 0, or -1 when it
+ * cannot be opened. */
+static inline int p2pbuf_read_line(const char *path, char *buf, int len)
+{
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	if (!fgets(buf, len, f))
+		buf[0] = 0;
+	fclose(f);
+	return 0;
+}
+
+/* The PCI name of the first function vendor:device (e.g. "0x1af4", "0x1110") into name;
+ * 0, or -1 for none. */
+static inline int p2pbuf_pci_find(const char *vendor, const char *device, char *name, size_t len)
+{
+	DIR *d = opendir("/sys/bus/pci/devices");
+	struct dirent *e;
+	char path[512], v[16], dv[16];
+	int ret = -1;
+
+	if (!d)
+		return -1;
+	while (ret && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor", e->d_name);
+		if (p2pbuf_read_line(path, v, sizeof(v)))
+			continue;
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/device", e->d_name);
+		if (p2pbuf_read_line(path, dv, sizeof(dv)))
+			continue;
+		if (!strncmp(v, vendor, strlen(vendor)) && !strncmp(dv, device, strlen(device))) {
+			size_t n = strnlen(e->d_name, len - 1);
+
+			memcpy(name, e->d_name, n);
+			name[n] = 0;
+			ret = 0;
+		}
+	}
+	closedir(d);
+	return ret;
 }
 
 #endif

@@ -38,8 +38,6 @@
 #include "kselftest_harness.h"
 #include "races.h"
 
-#define IVSHMEM_VENDOR "0x1af4"
-#define IVSHMEM_DEVICE "0x1110"
 #define UNBIND EXPORTER_DRV "/unbind"
 
 enum { MODE_RT, MODE_FREE };
@@ -161,22 +159,16 @@ static void add_kid(FIXTURE_DATA(races) *self, pid_t pid)
 FIXTURE_SETUP(races)
 {
 	struct p2pbuf_provider_info p;
-	int r;
+	const char *why;
 
 	self->p2p = -1;
 	self->timeline = -1;
 	self->unbinder = 0;
 	self->nkids = 0;
-	if (pci_find(IVSHMEM_VENDOR, IVSHMEM_DEVICE, self->pci, sizeof(self->pci)))
-		SKIP(return, "no ivshmem-plain device (the emulated GPU memory) on this boot");
-	if (access(EXPORTER_DRV, F_OK))
-		SKIP(return, "p2pbuf_exporter is not loaded");
 	/* A test before may have failed to rebind: the fixture always starts bound. */
-	r = ensure_bound(EXPORTER_DRV, self->pci);
-	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_exporter: %s", self->pci, strerror(-r));
-	self->p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
-	if (self->p2p < 0)
-		SKIP(return, "no %s: %s", P2P_DEV, strerror(errno));
+	why = exporter_ready(_metadata, self->pci, sizeof(self->pci), &self->p2p);
+	if (why)
+		SKIP(return, "%s", why);
 	ASSERT_EQ(0, p2p_provider(self->p2p, &p));
 	ASSERT_STREQ(self->pci, p.pci_name);
 	self->total = p.total;
@@ -193,8 +185,7 @@ FIXTURE_TEARDOWN(races)
 {
 	int st;
 
-	if (self->timeline >= 0)
-		close(self->timeline);	/* signals any fence still planted */
+	p2pbuf_close(&self->timeline);	/* signals any fence still planted */
 	for (int i = 0; i < self->nkids; i++)
 		if (kill(self->kids[i], SIGKILL) == 0)
 			wait_for(self->kids[i], 20, &st);
@@ -204,9 +195,7 @@ FIXTURE_TEARDOWN(races)
 	if (self->p2p < 0)
 		return;
 	EXPECT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
-	/* Whatever the test did, the provider's memory is all back, as the kernel counts it too. */
-	EXPECT_EQ(self->free0, provider_free(self->p2p));
-	EXPECT_EQ(self->avail0, pool_avail(self->pci));
+	expect_memory_back(_metadata, self->p2p, self->pci, self->free0, self->avail0);
 	close(self->p2p);
 }
 
@@ -225,7 +214,7 @@ TEST_F(races, memory_returns_on_last_close)
 	a0 = pool_avail(self->pci);
 	if (a0 < 0)
 		SKIP(return, "no p2pmem/available for %s", self->pci);
-	fd = dev_alloc(self->p2p, len);
+	fd = p2pbuf_alloc_fd(self->p2p, len);
 	ASSERT_GE(fd, 0);
 	a1 = pool_avail(self->pci);
 	/* The measure works: the allocation shows. */
@@ -253,7 +242,7 @@ TEST_F(races, memory_returns_on_munmap_after_close)
 	a0 = pool_avail(self->pci);
 	if (a0 < 0)
 		SKIP(return, "no p2pmem/available for %s", self->pci);
-	fd = dev_alloc(self->p2p, len);
+	fd = p2pbuf_alloc_fd(self->p2p, len);
 	ASSERT_GE(fd, 0);
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
@@ -421,7 +410,7 @@ static void h2_run(struct h2_revoker *r, int mode, double budget, unsigned long 
 	pin_cpu(c->cpu_a);
 	s->mode = mode;
 	while (st->iters < max && now() - t0 < budget) {
-		int fd = dev_alloc(c->p2p, c->len), e, s0, s1;
+		int fd = p2pbuf_alloc_fd(c->p2p, c->len), e, s0, s1;
 		uint8_t *m;
 
 		if (fd < 0) {
@@ -498,7 +487,7 @@ static void h2_print(const char *what, int mode, const struct h2_stats *st)
 /* Time of one mmap() of a fresh buffer of len bytes, or -1. */
 static double time_mmap(int p2p, size_t len)
 {
-	int fd = dev_alloc(p2p, len);
+	int fd = p2pbuf_alloc_fd(p2p, len);
 	double t0, t;
 	void *m;
 
@@ -667,7 +656,7 @@ static void *fr_revoker(void *p)
 /* Time to read every page of a fresh mapping of len bytes once, or -1. */
 static double time_touch(int p2p, size_t len)
 {
-	int fd = dev_alloc(p2p, len);
+	int fd = p2pbuf_alloc_fd(p2p, len);
 	uint8_t *m;
 	double t0, t;
 
@@ -719,7 +708,7 @@ TEST_F_TIMEOUT(races, h2_fault_vs_revoke_threads, 150)
 		while (iters[mode] < 2000 && now() - t0 < races_s() / 2) {
 			double span = t_touch * 1.3;
 
-			s.fd = dev_alloc(self->p2p, s.len);
+			s.fd = p2pbuf_alloc_fd(self->p2p, s.len);
 			ASSERT_GE(s.fd, 0);
 			s.map = mmap(NULL, s.len, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
 			if (s.map == MAP_FAILED) {
@@ -860,7 +849,7 @@ static void *m1_revoker(void *p)
 /* Time of one REVOKE of a fresh, mapped buffer of len bytes, or -1. */
 static double time_revoke(int p2p, size_t len)
 {
-	int fd = dev_alloc(p2p, len);
+	int fd = p2pbuf_alloc_fd(p2p, len);
 	double t0, t = -1;
 	void *m;
 
@@ -928,7 +917,7 @@ TEST_F_TIMEOUT(races, m1_concurrent_revokes, 150)
 			double span = t_rev * 1.3;
 
 			s->avail_before = pool_avail(self->pci);
-			s->fd = dev_alloc(self->p2p, len);
+			s->fd = p2pbuf_alloc_fd(self->p2p, len);
 			ASSERT_GE(s->fd, 0);
 			s->map = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 			ASSERT_NE(MAP_FAILED, s->map);
@@ -1043,7 +1032,7 @@ TEST_F_TIMEOUT(races, h1_close_vs_revoke_threads, 120)
 	ASSERT_EQ(0, pthread_create(&tr, NULL, h1_revoker, &s));
 	t0 = now();
 	while (iters < 20000 && now() - t0 < races_s()) {
-		s.fd = dev_alloc(self->p2p, s.len);
+		s.fd = p2pbuf_alloc_fd(self->p2p, s.len);
 		ASSERT_GE(s.fd, 0);
 		s.map = mmap(NULL, s.len, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
 		ASSERT_NE(MAP_FAILED, s.map);
@@ -1108,7 +1097,7 @@ TEST_F_TIMEOUT(races, h2b_mmap_vs_unbind, 240)
 		ASSERT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
 		if (it)
 			ksft_print_msg("iteration %lu: rebind took %.1f s\n", it, now() - tb);
-		fd = dev_alloc(self->p2p, c.len);
+		fd = p2pbuf_alloc_fd(self->p2p, c.len);
 		ASSERT_GE(fd, 0) TH_LOG("alloc: %s", strerror(-fd));
 		ASSERT_EQ(0, pipe2(go, O_CLOEXEC));
 		if (mode == MODE_RT)
@@ -1194,7 +1183,7 @@ struct nonroot_report2 {
  * it), keeping every mapping; then probes them all. */
 static void nonroot_phase2(const struct h2_cfg *c, int rp, struct nonroot_report2 *r)
 {
-	int fd = dev_alloc(c->p2p, c->len);
+	int fd = p2pbuf_alloc_fd(c->p2p, c->len);
 	double t0;
 
 	memset(r, 0, sizeof(*r));
@@ -1409,7 +1398,7 @@ static void holder(int p2p, int ready, int go, int rt, int cpu, unsigned long sp
 	}
 	for (int i = 0; i < n; i++) {
 		lens[i] = PAGE << (rnd() % 6);
-		fds[i] = dev_alloc(p2p, lens[i]);
+		fds[i] = p2pbuf_alloc_fd(p2p, lens[i]);
 		if (fds[i] < 0)
 			_exit(10);
 		maps[i] = mmap(NULL, lens[i], PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
@@ -1560,7 +1549,7 @@ TEST_F_TIMEOUT(races, m1_revokes_vs_unbind, 240)
 
 		ASSERT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
 		s->avail_before = pool_avail(self->pci);
-		s->fd = dev_alloc(self->p2p, len);
+		s->fd = p2pbuf_alloc_fd(self->p2p, len);
 		ASSERT_GE(s->fd, 0);
 		s->map = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 		ASSERT_NE(MAP_FAILED, s->map);
@@ -1695,7 +1684,7 @@ static int op_body(int kind, int p2p, int fd)
 	case OP_INFO:
 		return provider_free(p2p) < 0 ? -EIO : 0;
 	case OP_ALLOC:
-		r = dev_alloc(p2p, PAGE);
+		r = p2pbuf_alloc_fd(p2p, PAGE);
 		if (r >= 0)
 			close(r);
 		return r < 0 ? r : 0;
@@ -1784,7 +1773,7 @@ TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 	const int kinds[4] = { OP_INFO, OP_ALLOC, OP_MMAP, OP_DEBUGFS };
 	int x, blocked = 0, waited = 0;
 
-	x = dev_alloc(self->p2p, 1UL << 20);
+	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
 	ASSERT_GE(x, 0);
 	self->timeline = plant_fence(x);
 	if (self->timeline == -ENOENT) {
@@ -1847,7 +1836,7 @@ TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 	uint8_t *m;
 	pid_t u;
 
-	x = dev_alloc(self->p2p, 1UL << 20);
+	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
 	ASSERT_GE(x, 0);
 	m = mmap(NULL, 1UL << 20, PROT_READ | PROT_WRITE, MAP_SHARED, x, 0);
 	ASSERT_NE(MAP_FAILED, m);

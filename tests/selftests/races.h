@@ -31,6 +31,9 @@
 
 #define PAGE 4096UL
 #define P2P_DEV "/dev/p2pbuf"
+/* The emulated GPU memory (QEMU ivshmem-plain), PCI vendor and device. */
+#define IVSHMEM_VENDOR "0x1af4"
+#define IVSHMEM_DEVICE "0x1110"
 #define DMA_DEV "/dev/p2pbuf-dma"
 #define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
 #define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
@@ -120,14 +123,15 @@ RACES_HELPER long long provider_free(int p2p)
 	return r ? r : (long long)p.free;
 }
 
-/* Device memory as a dma-buf fd, or -errno. */
-RACES_HELPER int dev_alloc(int p2p, __u64 len)
+/*
+ * In a teardown: whatever the test did, the provider's memory is all back (free0, as the
+ * first bound provider counts it, and avail0, as the p2pmem pool of pool_pci counts it).
+ */
+RACES_HELPER void expect_memory_back(struct __test_metadata *_metadata, int p2p,
+				     const char *pool_pci, long long free0, long long avail0)
 {
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len };
-
-	if (p2pbuf_test_alloc(p2p, &a))
-		return -errno;
-	return a.fd;
+	EXPECT_EQ(free0, provider_free(p2p));
+	EXPECT_EQ(avail0, pool_avail(pool_pci));
 }
 
 RACES_HELPER int p2p_revoke(int p2p, int fd)
@@ -135,49 +139,6 @@ RACES_HELPER int p2p_revoke(int p2p, int fd)
 	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd };
 
 	return ioctl(p2p, P2PBUF_IOCTL_REVOKE, &r) ? -errno : 0;
-}
-
-/* The PCI name of the first function vendor:device (e.g. "0x1af4", "0x1110"); 0 or -1. */
-RACES_HELPER int pci_find(const char *vendor, const char *device, char *name, size_t len)
-{
-	DIR *d = opendir("/sys/bus/pci/devices");
-	struct dirent *e;
-	char path[512], v[16], dv[16];
-	int ret = -1;
-
-	if (!d)
-		return -1;
-	while (ret && (e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		v[0] = 0;
-		if (!fgets(v, sizeof(v), f))
-			v[0] = 0;
-		fclose(f);
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/device", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		dv[0] = 0;
-		if (!fgets(dv, sizeof(dv), f))
-			dv[0] = 0;
-		fclose(f);
-		if (!strncmp(v, vendor, strlen(vendor)) && !strncmp(dv, device, strlen(device))) {
-			size_t n = strnlen(e->d_name, len - 1);
-
-			memcpy(name, e->d_name, n);
-			name[n] = 0;
-			ret = 0;
-		}
-	}
-	closedir(d);
-	return ret;
 }
 
 /* Whether pci is bound to the driver whose sysfs directory is drv. */
@@ -208,6 +169,31 @@ RACES_HELPER int ensure_bound(const char *drv, const char *pci)
 			usleep(100 * 1000);
 	}
 	return 0;
+}
+
+/*
+ * In a fixture's setup: the emulated GPU memory (ivshmem-plain) into pci (len bytes), bound to
+ * the exporter (again, if a test before failed to rebind it), and /dev/p2pbuf opened into *p2p.
+ * NULL, or why the boot cannot run the test (a SKIP reason).
+ */
+RACES_HELPER const char *exporter_ready(struct __test_metadata *_metadata, char *pci,
+					size_t len, int *p2p)
+{
+	static char why[128];
+	int r;
+
+	if (p2pbuf_pci_find(IVSHMEM_VENDOR, IVSHMEM_DEVICE, pci, len))
+		return "no ivshmem-plain device (the emulated GPU memory) on this boot";
+	if (access(EXPORTER_DRV, F_OK))
+		return "p2pbuf_exporter is not loaded";
+	r = ensure_bound(EXPORTER_DRV, pci);
+	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_exporter: %s", pci, strerror(-r));
+	*p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
+	if (*p2p < 0) {
+		snprintf(why, sizeof(why), "no %s: %s", P2P_DEV, strerror(errno));
+		return why;
+	}
+	return NULL;
 }
 
 /*

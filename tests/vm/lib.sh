@@ -64,6 +64,35 @@ ktap_check() {
 }
 ktap_exit() { exit $_failed; }
 
+# The exporter's debugfs list of buffers, for people (no ABI; its format is written down in
+# docs/exporter.md, "debugfs"). The tests read it only through the helpers below.
+P2PBUF_DEBUGFS_BUFFERS=/sys/kernel/debug/p2pbuf/buffers
+
+# debugfs_buffer BYTES [last]: the line of the first buffer of BYTES bytes (with `last`: the
+# last one) followed by its attachment lines; nothing when there is none.
+debugfs_buffer() {
+	awk -v want=": $1 bytes at BAR offset " -v last="${2:+1}" '
+		/^buffer / {
+			keep = index($0, want) && (last || !found)
+			if (keep) { blk = $0; found = 1 }
+			next
+		}
+		keep && /^  / { blk = blk "\n" $0 }
+		END { if (found) print blk }' "$P2PBUF_DEBUGFS_BUFFERS"
+}
+
+# debugfs_field BLOCK FIELD: from a debugfs_buffer block, the buffer's `offset` (its BAR offset,
+# 0x...), `cpu_begin` or `cpu_end` (its CPU-access brackets), or `attached` (each attachment:
+# "DEVICE (MAP TYPE)[, mapped: ...]", one per line).
+debugfs_field() {
+	case $2 in
+	offset) echo "$1" | sed -n '1s/.* at BAR offset \(0x[0-9a-f]*\).*/\1/p' ;;
+	cpu_begin) echo "$1" | sed -n '1s/.*cpu access \([0-9]*\) begin \/ \([0-9]*\) end.*/\1/p' ;;
+	cpu_end) echo "$1" | sed -n '1s/.*cpu access \([0-9]*\) begin \/ \([0-9]*\) end.*/\2/p' ;;
+	attached) echo "$1" | sed -n 's/^  attached: \(.*\)/\1/p' ;;
+	esac
+}
+
 # cpu_is_zen: an AMD CPU of family 0x17 or later, which the p2pdma host-bridge whitelist
 # (cpu_supports_p2pdma() in drivers/pci/p2pdma.c) trusts with peer-to-peer through the host bridge.
 cpu_is_zen() {

@@ -39,6 +39,16 @@ rxe_setup() {
 	return 1
 }
 
+# rxe_test: rxe_setup as a file's first test ("rxe0 on $RXE_NETDEV"); when rxe0 does not come
+# up, that test fails and the file ends there.
+rxe_test() {
+	if ! rxe_setup; then
+		ktap_fail "rxe0 on $RXE_NETDEV"
+		ktap_exit
+	fi
+	ktap_ok "rxe0 on $RXE_NETDEV"
+}
+
 # wait_for FILE REGEX [SECONDS]: until a line of FILE matches (a server is ready).
 wait_for() {
 	i=0
@@ -58,6 +68,25 @@ serve_bg() {
 	p2pbuf rdma serve "$@" >"$_out" 2>&1 &
 	srv=$!
 	wait_for "$_out" "listening on" "$_secs"
+}
+
+# serve_wait OUT: waits for the server serve_bg started; its exit status in $src, its output
+# (OUT) as comments.
+serve_wait() {
+	wait $srv
+	src=$?
+	comment "$1"
+}
+
+# serve_failed OUT NAME SKIPPED...: the server serve_bg started did not come up: its output
+# (OUT) as comments, the test NAME failed, each SKIPPED test skipped ("no server"), the
+# server killed.
+serve_failed() {
+	comment "$1"
+	ktap_fail "$2"
+	shift 2
+	for _t in "$@"; do ktap_skip "$_t" "no server"; done
+	kill $srv 2>/dev/null
 }
 
 # rdma_client SECONDS OUT OP ARGS...: `p2pbuf rdma OP --server $RXE_IP:$PORT ARGS` for at most
@@ -92,6 +121,16 @@ rate() { sed -n 's/.* s, \([0-9.]*\) MiB\/s$/\1 MiB per s/p' "$1"; }
 
 # comment FILE: the file's lines as KTAP diagnostics.
 comment() { sed 's/^/# /' "$1"; }
+
+# logged FILE CMD...: runs CMD with its output (stdout and stderr) in FILE, shows FILE as
+# comments; its exit code is left in $rc.
+logged() {
+	_log=$1
+	shift
+	"$@" >"$_log" 2>&1
+	rc=$?
+	comment "$_log"
+}
 
 # expect_fail NAME WANT_RC TEXT CMD...: CMD must exit WANT_RC, say TEXT on stderr, and not
 # panic.

@@ -77,45 +77,61 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
         Some(d) => ctx.root.join(d),
         None => ctx.root.join("target"),
     };
-    let stage_libs = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
-    for (_, bin) in USERSPACE_BINS {
-        copy_with_libs(
-            root,
-            &target.join("release").join(bin),
-            Some(&Path::new("p2pbuf/bin").join(bin)),
-            Some(&stage_libs),
-            seen,
-        )?;
-    }
-    for (_, lib) in USERSPACE_LIBS {
-        copy_with_libs(
-            root,
-            &target.join("release").join(lib),
-            Some(&Path::new("p2pbuf/lib").join(lib)),
-            Some(&stage_libs),
-            seen,
-        )?;
-    }
     let stage = crate::rdma_core::staging(ctx);
+    let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     let out = target.join("verbs-programs");
     fs::create_dir_all(&out)?;
+    let ldlibs = ["-libverbs".to_string()];
     for (src, name) in VERBS_PROGRAMS {
-        let mut cc = Command::new("gcc");
-        cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I{}", stage.join("usr/include").display()))
-            .arg("-o")
-            .arg(out.join(name))
-            .arg(ctx.root.join(src))
-            .arg(format!("-L{}", stage_libs.display()))
-            .arg(format!("-Wl,-rpath-link,{}", stage_libs.display()))
-            .arg("-libverbs");
-        run_step(ctx, &format!("cc {src}"), "initramfs", &mut cc)?;
-        copy_with_libs(
-            root,
+        let mut cc = c_program_cc(
+            &[],
+            &stage,
+            &stage_libs,
+            &ctx.root.join(src),
             &out.join(name),
-            Some(&Path::new("p2pbuf/bin").join(name)),
-            Some(&stage_libs),
-            seen,
+            &ldlibs,
+        );
+        run_step(ctx, &format!("cc {src}"), "initramfs", &mut cc)?;
+    }
+    let release = target.join("release");
+    let files = (USERSPACE_BINS
+        .iter()
+        .map(|(_, b)| (release.join(b), "p2pbuf/bin", b)))
+    .chain(
+        USERSPACE_LIBS
+            .iter()
+            .map(|(_, l)| (release.join(l), "p2pbuf/lib", l)),
+    )
+    .chain(
+        VERBS_PROGRAMS
+            .iter()
+            .map(|(_, n)| (out.join(n), "p2pbuf/bin", n)),
+    );
+    for (file, dir, name) in files {
+        let dest = Path::new(dir).join(name);
+        copy_with_libs(root, &file, Some(&dest), Some(&stage_libs), seen)?;
+    }
+    Ok(())
+}
+
+/// Copies the trees `from` of the staging root `stage` into `to` of the initramfs `root`
+/// (`cp -a`, over what is there), for each (from, to).
+fn copy_trees(
+    ctx: &Ctx,
+    what: &str,
+    stage: &Path,
+    root: &Path,
+    trees: &[(&str, &str)],
+) -> Result<()> {
+    for (from, to) in trees {
+        run_step(
+            ctx,
+            &format!("copy {what} {from}"),
+            "initramfs",
+            Command::new("cp")
+                .args(["-a", "--remove-destination"])
+                .arg(stage.join(from))
+                .arg(root.join(to)),
         )?;
     }
     Ok(())
@@ -140,18 +156,13 @@ fn overlay_rdma_core(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
             )?;
         }
     }
-    for (from, to) in [("usr/lib", "usr"), ("etc", ".")] {
-        run_step(
-            ctx,
-            &format!("copy rdma-core {from}"),
-            "initramfs",
-            Command::new("cp")
-                .args(["-a", "--remove-destination"])
-                .arg(stage.join(from))
-                .arg(root.join(to)),
-        )?;
-    }
-    Ok(())
+    copy_trees(
+        ctx,
+        "rdma-core",
+        &stage,
+        root,
+        &[("usr/lib", "usr"), ("etc", ".")],
+    )
 }
 
 /// libfabric from `cargo xtask libfabric`: the library (its verbs, rxm and tcp providers are
@@ -270,8 +281,67 @@ fn write_exec(path: &Path, src: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Builds the kselftest programs in `tests/selftests/*.c` against the tree's harness.
-fn build_selftests(ctx: &Ctx, src_dir: &str, dest: &Path) -> Result<Vec<String>> {
+/// The libraries a selftest links besides libc and libpthread, as it declares them in a line
+/// `// LDLIBS: -libverbs -lrdmacm` (the variable a kselftest Makefile would set): the
+/// `-l` words of every such line, in order.
+fn declared_ldlibs(src: &str) -> Vec<String> {
+    src.lines()
+        .filter_map(|l| l.trim().strip_prefix("// LDLIBS:"))
+        .flat_map(|l| l.split_whitespace())
+        .filter(|w| w.starts_with("-l"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a selftest that links `ldlibs` ([`declared_ldlibs`]) is built dynamically: when
+/// one of them has no `lib*.a` in rdma-core's staging root (`stage_libs`).
+fn links_dynamically(stage_libs: &Path, ldlibs: &[String]) -> bool {
+    ldlibs
+        .iter()
+        .any(|l| !stage_libs.join(format!("lib{}.a", &l[2..])).exists())
+}
+
+/// The compiler's command for one C program of the suite (`-O2 -Wall -Wextra -Werror` and
+/// `flags`: a selftest's are `-D_GNU_SOURCE` and the include directories of the kernel's
+/// selftest harness, its uAPI headers and the exporter's), static and with libpthread. One
+/// that links `ldlibs` ([`declared_ldlibs`]) is built against rdma-core's staging root
+/// (`stage`: its headers and `stage_libs`), statically unless [`links_dynamically`].
+fn c_program_cc(
+    flags: &[String],
+    stage: &Path,
+    stage_libs: &Path,
+    src: &Path,
+    out: &Path,
+    ldlibs: &[String],
+) -> Command {
+    let mut cc = Command::new("gcc");
+    if !links_dynamically(stage_libs, ldlibs) {
+        cc.arg("-static");
+    }
+    cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
+        .args(flags);
+    if !ldlibs.is_empty() {
+        cc.arg(format!("-I{}", stage.join("usr/include").display()));
+    }
+    cc.arg("-o").arg(out).arg(src);
+    if !ldlibs.is_empty() {
+        cc.arg(format!("-L{}", stage_libs.display()))
+            .arg(format!("-Wl,-rpath-link,{}", stage_libs.display()))
+            .args(ldlibs);
+    }
+    cc.arg("-lpthread");
+    cc
+}
+
+/// Builds the kselftest programs in `src_dir/*.c` into `dest` (below the initramfs `root`)
+/// against the tree's harness; a dynamic one brings its libraries along.
+fn build_selftests(
+    ctx: &Ctx,
+    src_dir: &str,
+    dest: &Path,
+    root: &Path,
+    seen: &mut BTreeSet<PathBuf>,
+) -> Result<Vec<String>> {
     let dir = ctx.root.join(src_dir);
     let mut names = vec![];
     let Ok(rd) = fs::read_dir(&dir) else {
@@ -283,37 +353,36 @@ fn build_selftests(ctx: &Ctx, src_dir: &str, dest: &Path) -> Result<Vec<String>>
         .collect();
     srcs.sort();
     let ksrc = ctx.ksrc()?;
+    let mut flags = vec!["-D_GNU_SOURCE".to_string()];
+    for inc in [
+        ksrc.join("tools/testing/selftests"),
+        ksrc.join("usr/include"),
+        ctx.kbuild().join("usr/include"),
+        ctx.root.join("exporter-kmod/include"),
+    ] {
+        flags.push(format!("-I{}", inc.display()));
+    }
+    let stage = crate::rdma_core::staging(ctx);
+    let stage_libs = stage.join("usr/lib/x86_64-linux-gnu");
     for src in srcs {
-        let name = src
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let mut cc = Command::new("gcc");
-        cc.args([
-            "-static",
-            "-O2",
-            "-g0",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-D_GNU_SOURCE",
-        ])
-        .arg(format!(
-            "-I{}",
-            ksrc.join("tools/testing/selftests").display()
-        ))
-        .arg(format!("-I{}", ksrc.join("usr/include").display()))
-        .arg(format!("-I{}", ctx.kbuild().join("usr/include").display()))
-        .arg(format!(
-            "-I{}",
-            ctx.root.join("exporter-kmod/include").display()
-        ))
-        .arg("-o")
-        .arg(dest.join(&name))
-        .arg(&src)
-        .arg("-lpthread");
+        let name = crate::util::file_stem(&src);
+        let ldlibs = declared_ldlibs(&fs::read_to_string(&src)?);
+        // A dynamic program is built outside the initramfs and copied in with its libraries.
+        let dynamic = links_dynamically(&stage_libs, &ldlibs);
+        let out = if dynamic {
+            let d = ctx.flavour_build().join("selftests-dynamic");
+            fs::create_dir_all(&d)?;
+            d.join(&name)
+        } else {
+            dest.join(&name)
+        };
+        let mut cc = c_program_cc(&flags, &stage, &stage_libs, &src, &out, &ldlibs);
         run_step(ctx, &format!("cc {src_dir}/{name}.c"), "initramfs", &mut cc)?;
+        if dynamic {
+            let into = dest.join(&name);
+            let rel = into.strip_prefix(root).unwrap_or(&into).to_path_buf();
+            copy_with_libs(root, &out, Some(&rel), Some(&stage_libs), seen)?;
+        }
         names.push(name);
     }
     Ok(names)
@@ -368,11 +437,7 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     // The in-VM suite: shell tests and the runner.
     for e in fs::read_dir(ctx.root.join("tests/vm"))? {
         let p = e?.path();
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let name = crate::util::file_name(&p);
         if name.ends_with(".sh") {
             write_exec(&root.join("p2pbuf").join(&name), &p)?;
         }
@@ -389,9 +454,12 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
             )?;
         }
     }
-    build_selftests(ctx, "tests/selftests", &root.join("p2pbuf/tests"))?;
+    let mut seen = BTreeSet::new();
+    let tests = root.join("p2pbuf/tests");
+    build_selftests(ctx, "tests/selftests", &tests, &root, &mut seen)?;
     fs::create_dir_all(root.join("p2pbuf/bench"))?;
-    build_selftests(ctx, "tests/bench", &root.join("p2pbuf/bench"))?;
+    let bench = root.join("p2pbuf/bench");
+    build_selftests(ctx, "tests/bench", &bench, &root, &mut seen)?;
     // Shell-script benchmarks (e.g. around the CLI) run next to the compiled ones.
     if let Ok(rd) = fs::read_dir(ctx.root.join("tests/bench")) {
         for e in rd {
@@ -416,7 +484,6 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
             Some(&Path::new("lib/modules/p2pbuf").join(ko.file_name().unwrap_or_default())),
         )?;
     }
-    let mut seen = BTreeSet::new();
     for t in TOOLS.iter().map(Path::new).filter(|p| p.exists()) {
         copy_with_libs(&root, t, None, None, &mut seen)?;
     }
@@ -528,17 +595,8 @@ pub fn pyverbs_initramfs(ctx: &Ctx, main: &Path) -> Result<PathBuf> {
             copy_into(&root, &real, Some(lib.strip_prefix("/").unwrap_or(&lib)))?;
         }
     }
-    for (from, to) in [("usr/lib", "usr"), ("etc", "."), ("usr/share", "usr")] {
-        run_step(
-            ctx,
-            &format!("copy pyverbs build {from}"),
-            "initramfs",
-            Command::new("cp")
-                .args(["-a", "--remove-destination"])
-                .arg(stage.join(from))
-                .arg(root.join(to)),
-        )?;
-    }
+    let trees = [("usr/lib", "usr"), ("etc", "."), ("usr/share", "usr")];
+    copy_trees(ctx, "pyverbs build", &stage, &root, &trees)?;
     // The converter from unittest's results to KTAP (tests/vm/tests/pyverbs_tests.sh runs it).
     fs::create_dir_all(root.join("p2pbuf"))?;
     write_exec(
@@ -588,5 +646,52 @@ mod tests {
                 PathBuf::from("/lib64/ld-linux-x86-64.so.2")
             ]
         );
+    }
+
+    /// A selftest declares what it links in `// LDLIBS:` lines; without one it is built as
+    /// before (static, libpthread only: a selftest could not link libibverbs at all).
+    #[test]
+    fn selftests_link_the_libraries_they_declare() {
+        let src = "#include <infiniband/verbs.h>\n// LDLIBS: -libverbs -lrdmacm\n  // LDLIBS: -lm\nint x; // LDLIBS: -lnot\n";
+        let libs = declared_ldlibs(src);
+        assert_eq!(libs, ["-libverbs", "-lrdmacm", "-lm"]);
+        let dir = std::env::temp_dir().join(format!("p2pbuf-ldlibs-{}", std::process::id()));
+        let stage_libs = dir.join("usr/lib/x86_64-linux-gnu");
+        fs::create_dir_all(&stage_libs).unwrap();
+        let args = |libs: &[String]| -> Vec<String> {
+            let cc = c_program_cc(
+                &[],
+                &dir,
+                &stage_libs,
+                Path::new("t.c"),
+                Path::new("t"),
+                libs,
+            );
+            cc.get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        // Shared libraries only (rdma-core's usual build): dynamic, against the staging root.
+        let dynamic = args(&libs[..1]);
+        assert!(!dynamic.contains(&"-static".to_string()), "{dynamic:?}");
+        for want in [
+            format!("-I{}", dir.join("usr/include").display()),
+            format!("-L{}", stage_libs.display()),
+            "-libverbs".to_string(),
+            "-lpthread".to_string(),
+        ] {
+            assert!(dynamic.contains(&want), "{want} not in {dynamic:?}");
+        }
+        // A static archive of each: static.
+        fs::write(stage_libs.join("libibverbs.a"), "").unwrap();
+        let st = args(&libs[..1]);
+        assert!(st.contains(&"-static".to_string()), "{st:?}");
+        assert!(st.contains(&"-libverbs".to_string()), "{st:?}");
+        // No declaration: the old command.
+        let plain = args(&[]);
+        assert_eq!(plain.first().map(String::as_str), Some("-static"));
+        assert!(!plain.iter().any(|a| a.starts_with("-L")), "{plain:?}");
+        assert_eq!(plain.last().map(String::as_str), Some("-lpthread"));
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

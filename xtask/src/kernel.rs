@@ -35,6 +35,19 @@ pub struct ToCommit<'a> {
     pub trailers: &'a [String],
 }
 
+impl<'a> ToCommit<'a> {
+    /// Each of `files`, with the same `trailers` (none: `&[]`).
+    pub fn each<P: AsRef<Path>>(files: &'a [P], trailers: &'a [String]) -> Vec<ToCommit<'a>> {
+        files
+            .iter()
+            .map(|f| ToCommit {
+                file: f.as_ref(),
+                trailers,
+            })
+            .collect()
+    }
+}
+
 /// Commits `patches` one after the other on top of `base` in the kernel tree, as `git am`
 /// would (`git mailinfo`, `git apply`, `git commit-tree`), but in a private index: the work
 /// tree, the index and the branches are left alone. The committer is `committer` (else
@@ -160,13 +173,7 @@ pub fn apply_series(ctx: &Ctx) -> Result<()> {
     stamp.clear();
     // A `git am` that an earlier run (or a developer) left half done would block the checkout.
     let _ = output(git(ctx)?.args(["am", "--abort"]));
-    let todo: Vec<ToCommit> = files
-        .iter()
-        .map(|f| ToCommit {
-            file: f,
-            trailers: &[],
-        })
-        .collect();
+    let todo = ToCommit::each(&files, &[]);
     let commits = commit_patches(ctx, "p2pbuf-base", &todo, None)
         .context("the series in linux/series do not apply to the pristine tree")?;
     let tip = commits.last().map_or("p2pbuf-base", String::as_str);
@@ -594,24 +601,20 @@ mod tests {
         if std::env::var_os("P2PBUF_KBUILD").is_none() {
             assert_eq!(debug.kbuild(), cache.join("build/linux"));
         }
-        assert_eq!(
-            crate::modules::module_out(&debug, "importer"),
-            cache.join("build/importer")
-        );
-        assert_eq!(
-            crate::initramfs::initramfs_path(&debug),
-            cache.join("build/initramfs.cpio")
-        );
+        // A flavour's modules and initramfs live under its build directory.
+        let outputs_under = |c: &Ctx, dir: &str| {
+            let build = cache.join(dir);
+            assert_eq!(
+                crate::modules::module_out(c, "importer"),
+                build.join("importer")
+            );
+            let cpio = crate::initramfs::initramfs_path(c);
+            assert_eq!(cpio, build.join("initramfs.cpio"));
+        };
+        outputs_under(&debug, "build");
         let bench = debug.with_flavour(Flavour::Bench);
         assert_eq!(bench.kbuild(), cache.join("build/bench/linux"));
-        assert_eq!(
-            crate::modules::module_out(&bench, "importer"),
-            cache.join("build/bench/importer")
-        );
-        assert_eq!(
-            crate::initramfs::initramfs_path(&bench),
-            cache.join("build/bench/initramfs.cpio")
-        );
+        outputs_under(&bench, "build/bench");
         // The generated fragment: the repository's without its debug block.
         let (path, name) = fragment(&bench).unwrap();
         assert_eq!(path, cache.join("build/bench/bench.config"));
@@ -698,13 +701,7 @@ mod tests {
             .map(|e| e.unwrap().path())
             .collect();
         files.sort();
-        let todo: Vec<ToCommit> = files
-            .iter()
-            .map(|f| ToCommit {
-                file: f,
-                trailers: &[],
-            })
-            .collect();
+        let todo = ToCommit::each(&files, &[]);
         let commits = commit_patches(&ctx, "p2pbuf-base", &todo, None).unwrap();
         assert_eq!(commits.len(), 2);
         let tip = commits[1].as_str();

@@ -37,6 +37,12 @@ impl TestResult {
             depth: 0,
         }
     }
+
+    /// The test's own description, as its result line gave it (a `/` in it is text, not a
+    /// level: `path` joins the levels with `/`).
+    pub fn name(&self) -> &str {
+        self.path_parts.last().map_or(&self.path, |n| n.as_str())
+    }
 }
 
 #[derive(Default)]
@@ -446,8 +452,7 @@ mod tests {
 
     #[test]
     fn nested_kunit_counts_leaves() {
-        let text = "KTAP version 1\n1..1\n    KTAP version 1\n    # Subtest: dma_buf\n    1..2\n    ok 1 export\n    not ok 2 revoke\nnot ok 1 dma_buf\n";
-        let p = parse(text);
+        let p = parse("KTAP version 1\n1..1\n    KTAP version 1\n    # Subtest: dma_buf\n    1..2\n    ok 1 export\n    not ok 2 revoke\nnot ok 1 dma_buf\n");
         assert_eq!(p.counts(), (1, 1, 0));
         assert_eq!(p.results[1].path, "dma_buf/revoke");
         assert!(!p.results[2].leaf);
@@ -455,8 +460,7 @@ mod tests {
 
     #[test]
     fn kselftest_hash_prefixed_nesting() {
-        let text = "TAP version 13\n1..1\n# TAP version 13\n# 1..2\n# ok 1 alloc_4k\n# ok 2 alloc_zero # SKIP x\nok 1 selftests: p2pbuf: exporter\n";
-        let p = parse(text);
+        let p = parse("TAP version 13\n1..1\n# TAP version 13\n# 1..2\n# ok 1 alloc_4k\n# ok 2 alloc_zero # SKIP x\nok 1 selftests: p2pbuf: exporter\n");
         assert_eq!(p.counts(), (1, 0, 1));
         assert_eq!(p.results[0].path, "selftests: p2pbuf: exporter/alloc_4k");
     }
@@ -480,6 +484,16 @@ mod tests {
         assert_eq!(p.counts(), (2, 0, 0));
     }
 
+    /// A description with a `/` (a rate) is the leaf's name as written; the old display cut
+    /// the joined path at its last `/` and showed `s)` for `rate (3.2 MiB/s)`.
+    #[test]
+    fn name_keeps_slashes_of_the_description() {
+        let p = parse("KTAP version 1\n1..1\n    1..1\n    ok 1 copy (3.2 MiB/s)\nok 1 bench\n");
+        assert_eq!(p.results[0].name(), "copy (3.2 MiB/s)");
+        assert_eq!(p.results[0].path, "bench/copy (3.2 MiB/s)");
+        assert_eq!(p.results[1].name(), "bench");
+    }
+
     #[test]
     fn bail_out_is_recorded() {
         let p = parse("1..2\nBail out! no memory\n");
@@ -493,24 +507,29 @@ mod tests {
             scan_console("[   41.200000] kmemleak: Kernel memory leak detector disabled").is_none()
         );
         assert_eq!(
-            scan_console("[   41.100000] kmemleak: Cannot allocate a kmemleak_object structure")
-                .map(|p| p.kind),
+            kind("[   41.100000] kmemleak: Cannot allocate a kmemleak_object structure"),
             Some("kmemleak")
         );
         assert_eq!(
-            scan_console("[   12.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2").map(|p| p.kind),
+            kind("[   12.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2"),
             Some("WARN")
         );
         assert_eq!(
-            scan_console("[   3.0] BUG: kernel NULL pointer dereference, address: 0")
-                .map(|p| p.kind),
+            kind("[   3.0] BUG: kernel NULL pointer dereference, address: 0"),
             Some("BUG")
         );
         assert_eq!(
-            scan_console("unreferenced object 0xffff888003d1e000 (size 64):").map(|p| p.kind),
+            kind("unreferenced object 0xffff888003d1e000 (size 64):"),
             Some("kmemleak")
         );
         assert!(scan_console("[    1.0] nvme nvme0: 1/0/0 default/read/poll queues").is_none());
+    }
+
+    /// Each of `lines` is flagged as `want` (None: passes).
+    fn assert_kind(lines: &[&str], want: Option<&str>) {
+        for l in lines {
+            assert_eq!(kind(l), want, "{l}");
+        }
     }
 
     fn kind(line: &str) -> Option<&'static str> {
@@ -527,34 +546,36 @@ mod tests {
 
     #[test]
     fn dma_api_driver_bug_reports_fail() {
-        for l in [
-            // err_printk: the WARN's message, then where the mapping was made.
-            "[   41.207365] DMA-API: p2pbuf_importer 0000:03:00.0: device driver tries to free DMA memory it has not allocated [device address=0x00000000fe800000] [size=4096 bytes]",
-            "[   41.207402] DMA-API: Mapped at:",
-            "[   52.118730] DMA-API: p2pbuf_exporter 0000:01:00.0: device driver has pending DMA allocations while released from device [count=1]",
-            "[   12.031337] DMA-API: nvme 0000:02:00.0: device driver syncs DMA memory with different direction [device address=0x0000000004a1f000] [size=512 bytes] [mapped with DMA_FROM_DEVICE] [synced with DMA_TO_DEVICE]",
-            "[   30.500000] DMA-API: p2pbuf_importer 0000:03:00.0: device driver failed to check map error[device address=0x00000000fe800000] [size=65536 bytes] [mapped as single]",
-            "[   30.600000] DMA-API: exceeded 7 overlapping mappings of cacheline 0x0000000001234560",
-            // The checker lost track: what follows is unchecked.
-            "[   60.000000] DMA-API: dma_debug_entry pool grown to 131072 (200%)",
-            "[    0.400000] DMA-API: 65536 debug entries requested but only 32768 allocated",
-            "[   70.000000] DMA-API: debugging out of memory - disabling",
-            "[   70.000000] DMA-API: cacheline tracking ENOMEM, dma-debug disabled",
-            "[   80.000000] DMA-API: enable driver filter for driver [nvme]",
-        ] {
-            assert_eq!(kind(l), Some("DMA-API"), "{l}");
-        }
+        assert_kind(
+            &[
+                // err_printk: the WARN's message, then where the mapping was made.
+                "[   41.207365] DMA-API: p2pbuf_importer 0000:03:00.0: device driver tries to free DMA memory it has not allocated [device address=0x00000000fe800000] [size=4096 bytes]",
+                "[   41.207402] DMA-API: Mapped at:",
+                "[   52.118730] DMA-API: p2pbuf_exporter 0000:01:00.0: device driver has pending DMA allocations while released from device [count=1]",
+                "[   12.031337] DMA-API: nvme 0000:02:00.0: device driver syncs DMA memory with different direction [device address=0x0000000004a1f000] [size=512 bytes] [mapped with DMA_FROM_DEVICE] [synced with DMA_TO_DEVICE]",
+                "[   30.500000] DMA-API: p2pbuf_importer 0000:03:00.0: device driver failed to check map error[device address=0x00000000fe800000] [size=65536 bytes] [mapped as single]",
+                "[   30.600000] DMA-API: exceeded 7 overlapping mappings of cacheline 0x0000000001234560",
+                // The checker lost track: what follows is unchecked.
+                "[   60.000000] DMA-API: dma_debug_entry pool grown to 131072 (200%)",
+                "[    0.400000] DMA-API: 65536 debug entries requested but only 32768 allocated",
+                "[   70.000000] DMA-API: debugging out of memory - disabling",
+                "[   70.000000] DMA-API: cacheline tracking ENOMEM, dma-debug disabled",
+                "[   80.000000] DMA-API: enable driver filter for driver [nvme]",
+            ],
+            Some("DMA-API"),
+        );
     }
 
     #[test]
     fn dma_api_boot_lines_pass() {
-        for l in [
-            "[    0.412345] DMA-API: preallocated 65536 debug entries",
-            "[    0.412350] DMA-API: debugging enabled by kernel config",
-            "[    0.000000] DMA-API: debugging disabled on kernel command line",
-        ] {
-            assert_eq!(kind(l), None, "{l}");
-        }
+        assert_kind(
+            &[
+                "[    0.412345] DMA-API: preallocated 65536 debug entries",
+                "[    0.412350] DMA-API: debugging enabled by kernel config",
+                "[    0.000000] DMA-API: debugging disabled on kernel command line",
+            ],
+            None,
+        );
         // Exactly those: the same words around something else are not the boot line.
         assert_eq!(
             kind("[    0.4] DMA-API: preallocated some debug entries"),
@@ -608,29 +629,31 @@ mod tests {
 
     #[test]
     fn debug_objects_reports_fail() {
-        for l in [
-            "[   44.000001] ODEBUG: free active (active state 0) object: 00000000a1b2c3d4 object type: timer_list hint: p2pbuf_revoke_timer+0x0/0x40 [p2pbuf_exporter]",
-            "[   44.000001] ODEBUG: activate destroyed (active state 0) object: 00000000a1b2c3d4 object type: work_struct hint: p2pbuf_work+0x0/0x30 [p2pbuf_importer]",
-            "[   44.000002] ODEBUG: object 00000000a1b2c3d4 is on stack 00000000deadbeef, but NOT annotated.",
-            "[    0.300000] ODEBUG: Out of memory. ODEBUG disabled",
-        ] {
-            assert_eq!(kind(l), Some("ODEBUG"), "{l}");
-        }
+        assert_kind(
+            &[
+                "[   44.000001] ODEBUG: free active (active state 0) object: 00000000a1b2c3d4 object type: timer_list hint: p2pbuf_revoke_timer+0x0/0x40 [p2pbuf_exporter]",
+                "[   44.000001] ODEBUG: activate destroyed (active state 0) object: 00000000a1b2c3d4 object type: work_struct hint: p2pbuf_work+0x0/0x30 [p2pbuf_importer]",
+                "[   44.000002] ODEBUG: object 00000000a1b2c3d4 is on stack 00000000deadbeef, but NOT annotated.",
+                "[    0.300000] ODEBUG: Out of memory. ODEBUG disabled",
+            ],
+            Some("ODEBUG"),
+        );
         assert_eq!(kind("[    0.2] ODEBUG: selftest passed"), None);
     }
 
     #[test]
     fn slub_debug_reports_fail() {
-        for l in [
-            "[   55.1] BUG kmalloc-64 (Tainted: G           O      ): Object already free",
-            "[   55.1] BUG kmalloc-rnd-03-128 (Not tainted): Object corrupt",
-            "[   55.1] BUG p2pbuf_buffer (Tainted: G    B      O      ): Padding overwritten. 0x00000000c0ffee00-0x00000000c0ffee3f @offset=4032",
-            "[   55.1] BUG <unknown> (Not tainted): No slab cache for object 0x00000000c0ffee00",
-            "[   55.1] [Poison overwritten] 0x00000000c0ffee40-0x00000000c0ffee40 @offset=64. First byte 0x0 instead of 0x6b",
-            "[   55.1] [Right Redzone overwritten] 0x00000000c0ffee80-0x00000000c0ffee87 @offset=128. First byte 0x0 instead of 0xcc",
-        ] {
-            assert_eq!(kind(l), Some("SLUB_DEBUG"), "{l}");
-        }
+        assert_kind(
+            &[
+                "[   55.1] BUG kmalloc-64 (Tainted: G           O      ): Object already free",
+                "[   55.1] BUG kmalloc-rnd-03-128 (Not tainted): Object corrupt",
+                "[   55.1] BUG p2pbuf_buffer (Tainted: G    B      O      ): Padding overwritten. 0x00000000c0ffee00-0x00000000c0ffee3f @offset=4032",
+                "[   55.1] BUG <unknown> (Not tainted): No slab cache for object 0x00000000c0ffee00",
+                "[   55.1] [Poison overwritten] 0x00000000c0ffee40-0x00000000c0ffee40 @offset=64. First byte 0x0 instead of 0x6b",
+                "[   55.1] [Right Redzone overwritten] 0x00000000c0ffee80-0x00000000c0ffee87 @offset=128. First byte 0x0 instead of 0xcc",
+            ],
+            Some("SLUB_DEBUG"),
+        );
         // Its boot line, and a kernel BUG that is not SLUB's.
         assert_eq!(
             kind("[    0.1] SLUB: HWalign=64, Order=0-3, MinObjects=0, CPUs=2, Nodes=1"),
@@ -644,15 +667,16 @@ mod tests {
 
     #[test]
     fn debug_list_corruption_fails() {
-        for l in [
-            "[   50.1] list_add corruption. next->prev should be prev (ffff888004a1c0a8), but was 0000000000000000. (next=ffff888004a1c0a8).",
-            "[   50.1] list_add corruption. prev is NULL.",
-            "[   50.1] list_add double add: new=ffff888004a1c0a8, prev=ffff888004a1c0a8, next=ffff888004b00010.",
-            "[   50.1] list_del corruption, ffff888004a1c0a8->next is LIST_POISON1 (dead000000000100)",
-            "[   50.1] list_del corruption. prev->next should be ffff888004a1c0a8, but was ffff888004a1c000. (prev=ffff888004b00010)",
-        ] {
-            assert_eq!(kind(l), Some("DEBUG_LIST"), "{l}");
-        }
+        assert_kind(
+            &[
+                "[   50.1] list_add corruption. next->prev should be prev (ffff888004a1c0a8), but was 0000000000000000. (next=ffff888004a1c0a8).",
+                "[   50.1] list_add corruption. prev is NULL.",
+                "[   50.1] list_add double add: new=ffff888004a1c0a8, prev=ffff888004a1c0a8, next=ffff888004b00010.",
+                "[   50.1] list_del corruption, ffff888004a1c0a8->next is LIST_POISON1 (dead000000000100)",
+                "[   50.1] list_del corruption. prev->next should be ffff888004a1c0a8, but was ffff888004a1c000. (prev=ffff888004b00010)",
+            ],
+            Some("DEBUG_LIST"),
+        );
     }
 
     #[test]
@@ -686,31 +710,33 @@ mod tests {
 
     #[test]
     fn lockdep_reports_fail() {
-        for l in [
-            "[   70.0] WARNING: possible circular locking dependency detected",
-            "[   70.0] WARNING: possible recursive locking detected",
-            "[   70.0] WARNING: inconsistent lock state",
-            "[   70.0] WARNING: possible irq lock inversion dependency detected",
-            "[   70.0] WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected",
-            "[   70.0] WARNING: bad unlock balance detected!",
-            "[   70.0] WARNING: held lock freed!",
-            "[   70.0] WARNING: p2pbuf/231 still has locks held!",
-            "[   70.0] WARNING: lock held when returning to user space!",
-            "[   70.0] [ BUG: Invalid wait context ]",
-            "[   70.0] WARNING: suspicious RCU usage",
-        ] {
-            assert_eq!(kind(l), Some("lockdep"), "{l}");
-        }
+        assert_kind(
+            &[
+                "[   70.0] WARNING: possible circular locking dependency detected",
+                "[   70.0] WARNING: possible recursive locking detected",
+                "[   70.0] WARNING: inconsistent lock state",
+                "[   70.0] WARNING: possible irq lock inversion dependency detected",
+                "[   70.0] WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected",
+                "[   70.0] WARNING: bad unlock balance detected!",
+                "[   70.0] WARNING: held lock freed!",
+                "[   70.0] WARNING: p2pbuf/231 still has locks held!",
+                "[   70.0] WARNING: lock held when returning to user space!",
+                "[   70.0] [ BUG: Invalid wait context ]",
+                "[   70.0] WARNING: suspicious RCU usage",
+            ],
+            Some("lockdep"),
+        );
     }
 
     #[test]
     fn hung_task_reports_fail() {
-        for l in [
-            "[  245.3] INFO: task engine_large:231 blocked for more than 30 seconds.",
-            "[  245.3] INFO: task nvme_p2p:240 blocked in I/O wait for more than 30 seconds.",
-        ] {
-            assert_eq!(kind(l), Some("hung task"), "{l}");
-        }
+        assert_kind(
+            &[
+                "[  245.3] INFO: task engine_large:231 blocked for more than 30 seconds.",
+                "[  245.3] INFO: task nvme_p2p:240 blocked in I/O wait for more than 30 seconds.",
+            ],
+            Some("hung task"),
+        );
     }
 
     /// Every pattern is the one that names some recorded line above: none is dead, shadowed

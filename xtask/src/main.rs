@@ -317,11 +317,7 @@ fn real_main(cli: Cli) -> Result<()> {
             only,
             signoff,
         } => {
-            let out = if out.is_absolute() {
-                out
-            } else {
-                ctx.root.join(out)
-            };
+            let out = ctx.in_repo(out);
             patches::patches(
                 &ctx,
                 &patches::PatchOpts {
@@ -343,11 +339,7 @@ fn real_main(cli: Cli) -> Result<()> {
             filter,
             from_raw,
         } => {
-            let out = if out.is_absolute() {
-                out
-            } else {
-                ctx.root.join(out)
-            };
+            let out = ctx.in_repo(out);
             if let Some(raw) = from_raw {
                 let text = std::fs::read_to_string(&raw)
                     .with_context(|| format!("reading {}", raw.display()))?;
@@ -379,13 +371,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 "bench: booting the lab ({reps} repetitions per size)"
             ));
             let t = Duration::from_secs(timeout);
-            let w = vmrun::Watch {
-                timeout: t,
-                echo_console: false,
-                print_results: false,
-                print_progress: true,
-                label: "bench".into(),
-            };
+            let w = vmrun::Watch::new("bench", t, vmrun::Show::Progress);
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
             println!(
                 "    boot to init: {}; whole run: {:.1}s",
@@ -441,13 +427,7 @@ fn real_main(cli: Cli) -> Result<()> {
             let cfg = vm.config(Mode::Run);
             heading("run: booting the lab (TCG); the guest narrates from here");
             let t = Duration::from_secs(timeout);
-            let w = vmrun::Watch {
-                timeout: t,
-                echo_console: true,
-                print_results: false,
-                print_progress: false,
-                label: "run".into(),
-            };
+            let w = vmrun::Watch::new("run", t, vmrun::Show::Console);
             let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
             println!("    console log: {}", o.console_log.display());
             let mut bad: Vec<String> = o

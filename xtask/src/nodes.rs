@@ -114,13 +114,7 @@ fn boot_node(
     timeout: Duration,
     narrate: bool,
 ) -> Result<NodeRun> {
-    let w = vmrun::Watch {
-        timeout,
-        echo_console: false,
-        print_results: false,
-        print_progress: false,
-        label: format!("node-{}", n.role),
-    };
+    let w = vmrun::Watch::new(format!("node-{}", n.role), timeout, vmrun::Show::Nothing);
     let name = n.name;
     let mut on_line = |l: &str| {
         if let Some(i) = l.find(MARK) {

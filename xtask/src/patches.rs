@@ -389,13 +389,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     }
     let needs = series::needs(all, i);
     let dep_files: Vec<PathBuf> = needs.iter().flat_map(|&j| all[j].patches.clone()).collect();
-    let deps: Vec<ToCommit> = dep_files
-        .iter()
-        .map(|f| ToCommit {
-            file: f,
-            trailers: &[],
-        })
-        .collect();
+    let deps = ToCommit::each(&dep_files, &[]);
     let dep_commits = commit_patches(ctx, BASE, &deps, Some(me))
         .with_context(|| format!("{}: its dependencies do not apply to {BASE}", s.id()))?;
     let under = dep_commits
@@ -403,14 +397,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .cloned()
         .unwrap_or_else(|| BASE.to_string());
     let trailers = mail::emit_trailers(s.meta.stable, me);
-    let own: Vec<ToCommit> = s
-        .patches
-        .iter()
-        .map(|f| ToCommit {
-            file: f,
-            trailers: &trailers,
-        })
-        .collect();
+    let own = ToCommit::each(&s.patches, &trailers);
     let commits = commit_patches(ctx, &under, &own, Some(me)).with_context(|| {
         format!(
             "{} does not apply to {BASE}{}",
@@ -479,11 +466,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     let mut checks = Vec::new();
     for (f, c) in patches.iter().zip(&commits) {
         let mut pc = PatchCheck {
-            name: f
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned(),
+            name: crate::util::file_name(f),
             ..PatchCheck::default()
         };
         checkpatch(&ksrc, f, &mut pc)?;
@@ -696,11 +679,7 @@ fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> R
         let n = s.patches.len();
         for (i, f) in s.patches.iter().enumerate() {
             let step = i + 1;
-            let name = f
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
+            let name = crate::util::file_name(f);
             let title = format!("{} [{step}/{n}]", s.id);
             run_step(
                 ctx,

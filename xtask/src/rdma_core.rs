@@ -10,6 +10,19 @@ use std::process::Command;
 
 pub const RDMA_CORE_VERSION: &str = "65.0";
 
+/// cmake's arguments for both builds (the main one, and pyverbs'): Ninja, release, no man
+/// pages nor static libraries, Debian's layout under /usr.
+const CMAKE_ARGS: &[&str] = &[
+    "-GNinja",
+    "-DNO_MAN_PAGES=1",
+    "-DENABLE_STATIC=0",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DCMAKE_INSTALL_PREFIX=/usr",
+    "-DCMAKE_INSTALL_LIBDIR=lib/x86_64-linux-gnu",
+    "-DCMAKE_INSTALL_SYSCONFDIR=/etc",
+    "-DCMAKE_INSTALL_RUNDIR=/run",
+];
+
 pub fn staging(ctx: &Ctx) -> PathBuf {
     ctx.cache.join("build/rdma-root")
 }
@@ -52,11 +65,7 @@ fn unpack_patched(ctx: &Ctx, tb: &Path, src: &Path, patches: &[PathBuf], log: &s
             .arg(src),
     )?;
     for p in patches {
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let name = crate::util::file_name(p);
         run_step(
             ctx,
             &format!("patch rdma-core: {name}"),
@@ -95,17 +104,8 @@ pub fn rdma_core(ctx: &Ctx) -> Result<()> {
         "rdma-core",
         Command::new("cmake")
             .current_dir(&bld)
-            .args([
-                "-GNinja",
-                "-DNO_PYVERBS=1",
-                "-DNO_MAN_PAGES=1",
-                "-DENABLE_STATIC=0",
-                "-DCMAKE_BUILD_TYPE=Release",
-                "-DCMAKE_INSTALL_PREFIX=/usr",
-                "-DCMAKE_INSTALL_LIBDIR=lib/x86_64-linux-gnu",
-                "-DCMAKE_INSTALL_SYSCONFDIR=/etc",
-                "-DCMAKE_INSTALL_RUNDIR=/run",
-            ])
+            .args(CMAKE_ARGS)
+            .arg("-DNO_PYVERBS=1")
             .arg(&src),
     )?;
     run_step(
@@ -258,15 +258,8 @@ pub fn pyverbs(ctx: &Ctx) -> Result<()> {
         Command::new("cmake")
             .current_dir(&bld)
             .env("PYTHONPATH", &pythonpath)
+            .args(CMAKE_ARGS)
             .args([
-                "-GNinja",
-                "-DNO_MAN_PAGES=1",
-                "-DENABLE_STATIC=0",
-                "-DCMAKE_BUILD_TYPE=Release",
-                "-DCMAKE_INSTALL_PREFIX=/usr",
-                "-DCMAKE_INSTALL_LIBDIR=lib/x86_64-linux-gnu",
-                "-DCMAKE_INSTALL_SYSCONFDIR=/etc",
-                "-DCMAKE_INSTALL_RUNDIR=/run",
                 "-DCMAKE_INSTALL_PYTHON_ARCH_LIB=/usr/lib/python3/dist-packages",
                 &format!("-DPYTHON_EXECUTABLE={PYTHON}"),
                 &format!(

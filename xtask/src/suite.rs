@@ -3,11 +3,12 @@
 //! VM command starts with.
 
 use crate::qemu::{Mode, Topology, VmFiles};
-use crate::util::{heading, Ctx, Flavour};
+use crate::util::{file_name, file_stem, heading, Ctx, Flavour};
 use crate::{boots, fabric, hostcheck, initramfs, kernel, ktap, kunit, modules, nodes};
 use crate::{rdma_core, setup};
 use crate::{vmrun, BuildOpts, VmOpts};
 use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -56,24 +57,36 @@ pub fn host_tests(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Names of the in-VM tests (file stems), as run-tests.sh sees them.
+/// Names of the in-VM tests as run-tests.sh sees them (`basename` of /p2pbuf/tests/*).
 pub fn vm_test_names(ctx: &Ctx) -> Vec<String> {
-    let mut v = vec![];
-    for (dir, ext) in [("tests/vm/tests", "sh"), ("tests/selftests", "c")] {
-        if let Ok(rd) = std::fs::read_dir(ctx.root.join(dir)) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.extension().is_some_and(|x| x == ext) {
-                    v.push(
-                        p.file_name()
-                            .unwrap_or_default()
-                            .to_string_lossy()
-                            .into_owned(),
-                    );
-                }
-            }
-        }
-    }
+    test_names_in(&ctx.root)
+}
+
+/// [`vm_test_names`] of the tree at `root`: every file of `tests/vm/tests` under its own name
+/// (the initramfs copies them all: scripts of any language and prebuilt programs alike), and
+/// each `tests/selftests/*.c` under its stem (the program it is built into).
+fn test_names_in(root: &Path) -> Vec<String> {
+    let files = |dir: &str| -> Vec<PathBuf> {
+        std::fs::read_dir(root.join(dir))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_file())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut v: Vec<String> = files("tests/vm/tests")
+        .iter()
+        .map(|p| file_name(p))
+        .collect();
+    v.extend(
+        files("tests/selftests")
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "c"))
+            .map(|p| file_stem(p)),
+    );
+    v.sort();
     v
 }
 
@@ -205,19 +218,11 @@ fn vm_test(
         cfg.cpu
     ));
     let t = Duration::from_secs(timeout);
-    let w = vmrun::Watch {
-        timeout: t,
-        echo_console: false,
-        print_results: true,
-        print_progress: false,
-        label: boot.map_or("test".into(), |b| {
-            if b.name == "main" {
-                "test".into()
-            } else {
-                format!("test-{}", b.name)
-            }
-        }),
+    let label = match boot {
+        Some(b) if b.name != "main" => format!("test-{}", b.name),
+        _ => "test".into(),
     };
+    let w = vmrun::Watch::new(label, t, vmrun::Show::Results);
     let o = vmrun::boot_and_watch(ctx, &cfg, files, &w)?;
     let (mut p, mut f, mut s) = o.parser.counts();
     let mut fails = vmrun::failures(&o, t);
@@ -257,4 +262,40 @@ fn vm_test(
         );
     }
     Ok((p, f, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prebuilt program or a script of another language in tests/vm/tests is a test like the
+    /// shell ones (the old listing saw only `*.sh`, so `--filter` could not pick its boot), and
+    /// a selftest is named for its program (`exporter`, not `exporter.c`).
+    #[test]
+    fn every_test_file_is_named() {
+        let root = std::env::temp_dir().join(format!("p2pbuf-suite-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for f in [
+            "tests/vm/tests/cli_1_basic.sh",
+            "tests/vm/tests/verbs_prebuilt",
+            "tests/vm/tests/check.py",
+            "tests/selftests/exporter.c",
+            "tests/selftests/p2pbuf_test.h",
+        ] {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, "").unwrap();
+        }
+        let names = test_names_in(&root);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            names,
+            ["check.py", "cli_1_basic.sh", "exporter", "verbs_prebuilt"]
+        );
+        let main = &crate::boots::all()[0];
+        assert!(crate::boots::select(&[], Some("verbs_pre"), &names)
+            .unwrap()
+            .iter()
+            .any(|b| b.name == main.name));
+    }
 }

@@ -97,6 +97,16 @@ impl Ctx {
         }
     }
 
+    /// `path` as given when absolute, else relative to the repository root (the `--out`
+    /// options).
+    pub fn in_repo(&self, path: PathBuf) -> PathBuf {
+        if path.is_absolute() {
+            path
+        } else {
+            self.root.join(path)
+        }
+    }
+
     pub fn log_path(&self, name: &str) -> PathBuf {
         self.cache.join("logs").join(format!("{name}.log"))
     }
@@ -292,6 +302,22 @@ pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<
 }
 
 /// The last `n` lines of a file.
+/// The last component of `path` as a string (lossy; empty for none).
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The file name of `path` without its extension, as a string (lossy; empty for none).
+pub fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
     let s = fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = s.lines().collect();

@@ -41,6 +41,32 @@ pub struct Watch {
     pub label: String,
 }
 
+/// What a watched run prints as it goes (besides its log files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Show {
+    /// Nothing.
+    Nothing,
+    /// The console.
+    Console,
+    /// The KTAP results.
+    Results,
+    /// The progress lines of the second serial port.
+    Progress,
+}
+
+impl Watch {
+    /// A run named `label` (its console log's name) that may take `timeout`.
+    pub fn new(label: impl Into<String>, timeout: Duration, show: Show) -> Self {
+        Watch {
+            timeout,
+            echo_console: show == Show::Console,
+            print_results: show == Show::Results,
+            print_progress: show == Show::Progress,
+            label: label.into(),
+        }
+    }
+}
+
 fn spawn(cfg: &VmConfig, files: &VmFiles) -> Result<(Child, mpsc::Receiver<String>)> {
     let (reader, writer) = std::io::pipe()?;
     let mut cmd = Command::new(QEMU);
@@ -76,6 +102,11 @@ fn spawn(cfg: &VmConfig, files: &VmFiles) -> Result<(Child, mpsc::Receiver<Strin
 
 /// Prints one result line, indented by nesting.
 pub fn print_result(r: &TestResult) {
+    println!("{}", result_line(r));
+}
+
+/// [`print_result`]'s line.
+fn result_line(r: &TestResult) -> String {
     let pad = "  ".repeat(r.depth + 1);
     let (tag, color) = match r.status {
         Status::Pass => ("ok  ", "32"),
@@ -87,13 +118,8 @@ pub fn print_result(r: &TestResult) {
     } else {
         format!("  # {}", r.directive)
     };
-    // Nested results stream before their parent names them: show the leaf name only.
-    let name = if r.depth == 0 {
-        r.path.as_str()
-    } else {
-        r.path.rsplit('/').next().unwrap_or(&r.path)
-    };
-    println!("{pad}\x1b[{color}m{tag}\x1b[0m {name}{d}");
+    // Nested results stream before their parent names them: show the leaf's own description.
+    format!("{pad}\x1b[{color}m{tag}\x1b[0m {}{d}", r.name())
 }
 
 pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> Result<Outcome> {
@@ -244,7 +270,20 @@ pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_progress;
+    use super::{is_progress, result_line};
+    use crate::ktap::Parser;
+
+    /// A nested description with a `/` is printed whole (it was cut to `s)` at the last `/`
+    /// of the joined path).
+    #[test]
+    fn descriptions_are_printed_verbatim() {
+        let mut p = Parser::new();
+        for l in ["1..1", "    1..1", "    ok 1 copy (3.2 MiB/s)"] {
+            p.feed(l);
+        }
+        let line = result_line(&p.results[0]);
+        assert!(line.ends_with(" copy (3.2 MiB/s)"), "{line:?}");
+    }
 
     #[test]
     fn progress_lines_are_the_framing_and_progress_only() {

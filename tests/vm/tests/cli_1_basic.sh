@@ -7,9 +7,7 @@
 . /p2pbuf/rdma-lib.sh
 ktap_plan 8
 
-p2pbuf alloc --kind p2pbuf --size 64k --fill 0x5a >/tmp/alloc.txt 2>&1
-rc=$?
-comment /tmp/alloc.txt
+logged /tmp/alloc.txt p2pbuf alloc --kind p2pbuf --size 64k --fill 0x5a
 ktap_check "p2pbuf alloc --kind p2pbuf: 64 KiB of device memory from a provider (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q 'allocated 65536 (64 KiB) from provider' /tmp/alloc.txt &&
 		grep -q 'exporter: p2pbuf' /tmp/alloc.txt"
@@ -28,14 +26,10 @@ else
 	ktap_fail "p2pbuf --json alloc: pid '$pid' fd '$fd' size '$size'"
 fi
 
-p2pbuf info "$pid:$fd" >/tmp/info.txt 2>&1
-rc=$?
-comment /tmp/info.txt
+logged /tmp/info.txt p2pbuf info "$pid:$fd"
 ktap_check "p2pbuf info $pid:$fd (pidfd_getfd): exporter p2pbuf, 2 MiB (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q 'exporter: p2pbuf' /tmp/info.txt && grep -q 'size:     2097152' /tmp/info.txt"
-p2pbuf --json info "/proc/$pid/fdinfo/$fd" >/tmp/info.json 2>&1
-rc=$?
-comment /tmp/info.json
+logged /tmp/info.json p2pbuf --json info "/proc/$pid/fdinfo/$fd"
 ktap_check "p2pbuf --json info of the fdinfo file of pid $pid fd $fd: size 2097152 (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '\"size\":2097152' /tmp/info.json"
 kill "$holder" 2>/dev/null

@@ -46,31 +46,23 @@ copy "fpga copy system -> device memory, 5000 bytes at offset 1" HOST_MEMORY "$D
 
 if [ "$(p2p_fabric)" = refused ]; then
 	# No P2P path to device memory here: system memory to system memory instead.
-	timeout 120 p2pbuf --json fpga copy --src udmabuf --dst udmabuf --len 4k >/tmp/c.json 2>&1
-	rc=$?
-	comment /tmp/c.json
+	logged /tmp/c.json timeout 120 p2pbuf --json fpga copy --src udmabuf --dst udmabuf --len 4k
 	ktap_check "p2pbuf --json fpga copy udmabuf to udmabuf: verified, copied 4096 (exit $rc)" \
 		sh -c "[ $rc -eq 0 ] && grep -q '\"verified\":true' /tmp/c.json && grep -q '\"copied\":4096' /tmp/c.json"
 else
-	timeout 120 p2pbuf --json fpga copy --src p2pbuf --dst p2pbuf --len 4k >/tmp/c.json 2>&1
-	rc=$?
-	comment /tmp/c.json
+	logged /tmp/c.json timeout 120 p2pbuf --json fpga copy --src p2pbuf --dst p2pbuf --len 4k
 	ktap_check "p2pbuf --json fpga copy: verified, copied 4096, peer_to_peer (exit $rc)" \
 		sh -c "[ $rc -eq 0 ] && grep -q '\"verified\":true' /tmp/c.json && grep -q '\"copied\":4096' /tmp/c.json &&
 			grep -q '\"peer_to_peer\":true' /tmp/c.json"
 fi
 
-p2pbuf fpga copy --len 0 >/tmp/c.txt 2>&1
-rc=$?
-comment /tmp/c.txt
+logged /tmp/c.txt p2pbuf fpga copy --len 0
 ktap_check "fpga copy --len 0: refused with a message (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q 'at least 1 byte' /tmp/c.txt"
 
 # Without the importer module: a clear message and EX_UNAVAILABLE, then load it again.
 if rmmod p2pbuf_importer; then
-	p2pbuf fpga copy --len 4k >/tmp/c.txt 2>&1
-	rc=$?
-	comment /tmp/c.txt
+	logged /tmp/c.txt p2pbuf fpga copy --len 4k
 	insmod /lib/modules/p2pbuf/p2pbuf_importer.ko
 	ktap_check "fpga copy without the importer device: does not exist, says to load p2pbuf_importer (exit $rc)" \
 		sh -c "[ $rc -eq 69 ] && grep -q '/dev/p2pbuf-dma does not exist' /tmp/c.txt && grep -q 'insmod p2pbuf_importer' /tmp/c.txt"

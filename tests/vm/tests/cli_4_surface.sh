@@ -9,9 +9,7 @@
 ktap_plan 12
 
 # 1: device memory as a full-HD XRGB8888 surface.
-p2pbuf alloc --kind p2pbuf --surface 1920x1080 --format XR24 >/tmp/s1.txt 2>&1
-rc=$?
-comment /tmp/s1.txt
+logged /tmp/s1.txt p2pbuf alloc --kind p2pbuf --surface 1920x1080 --format XR24
 ktap_check "alloc --kind p2pbuf --surface 1920x1080 --format XR24: layout printed, name set (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] &&
 		grep -q 'surface:  1920x1080 XR24 (XRGB8888) LINEAR, stride 7680, 8294400 bytes' /tmp/s1.txt &&
@@ -36,9 +34,7 @@ grep '^name:' "/proc/$pid/fdinfo/$fd" >/tmp/fdinfo.txt 2>&1
 comment /tmp/fdinfo.txt
 ktap_check "the kernel shows the description in the holder's fdinfo (name: s:640x480.NV12.640.L)" \
 	grep -q 's:640x480.NV12.640.L' /tmp/fdinfo.txt
-p2pbuf info "$pid:$fd" >/tmp/s2info.txt 2>&1
-rc=$?
-comment /tmp/s2info.txt
+logged /tmp/s2info.txt p2pbuf info "$pid:$fd"
 ktap_check "info PID:FD from another process parses the surface back (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q 'surface:  640x480 NV12 (NV12) LINEAR, stride 640, 460800 bytes; planes +0 stride 640 x 480 rows, +307200 stride 640 x 240 rows' /tmp/s2info.txt"
 p2pbuf --json info "/proc/$pid/fdinfo/$fd" >/tmp/s2info.json 2>&1

@@ -59,8 +59,6 @@ else
 	ktap_fail "ib_write_bw -R: client exit $rc, server exit $src"
 fi
 
-p2pbuf rdma info >/tmp/info.txt 2>&1
-rc=$?
-comment /tmp/info.txt
+logged /tmp/info.txt p2pbuf rdma info
 ktap_check "p2pbuf rdma info lists rxe0 (exit $rc)" grep -q "^rxe0: " /tmp/info.txt
 ktap_exit

@@ -7,11 +7,7 @@
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 ktap_plan 11
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 
 SIZE=16M
 PORT=7471
@@ -49,9 +45,7 @@ if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset 9437184" /
 else
 	ktap_fail "RDMA READ past a write's end: exit $rc, no mismatch reported at 9 MiB"
 fi
-wait $srv
-src=$?
-comment /tmp/serve.txt
+serve_wait /tmp/serve.txt
 ktap_check "server: 3 writes and a read verified, the read past the write reported (exit $src)" \
 	grep -q "done: 4 client(s) verified, 1 failed" /tmp/serve.txt
 
@@ -63,8 +57,7 @@ ktap_check "RDMA WRITE past the end of the MR: IBV_WC_REM_ACCESS_ERR (exit $rc)"
 rdma_client 60 /tmp/w.txt write --size 64k --offset 0 --pattern 5
 ktap_check "RDMA WRITE into a read-only MR (lw,rr): IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
-wait $srv
-comment /tmp/serve.txt
+serve_wait /tmp/serve.txt
 
 # Registration of host memory with REMOTE_WRITE but no LOCAL_WRITE: the kernel's EINVAL.
 reg_errno 22 "ibv_reg_mr of host memory with access rw (no LOCAL_WRITE)" --buf host --size 64k --access rw

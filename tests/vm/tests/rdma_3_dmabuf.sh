@@ -16,11 +16,7 @@ DMABUF_MR=${DMABUF_MR:-supported}
 if [ "$DMABUF_MR" = supported ]; then BAD=22; else BAD=95; fi
 ktap_plan 14
 echo "# expecting dma-buf MRs to be: $DMABUF_MR (bad registrations: errno $BAD)"
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 
 # reg_dmabuf NAME ARGS...: a registration that is right, so it is refused only for lack of
 # support.
@@ -62,19 +58,14 @@ if [ "$DMABUF_MR" = supported ]; then
 		done
 		rdma_client 120 /tmp/r.txt read --size 2M --offset 0 --pattern 11
 		ktap_check "RDMA READ of 2M from the udmabuf MR returns the pattern (exit $rc)" grep -q "^OK" /tmp/r.txt
-		wait $srv
-		comment /tmp/serve.txt
+		serve_wait /tmp/serve.txt
 		ktap_check "server: 3 clients verified" grep -q "done: 3 client(s) verified, 0 failed" /tmp/serve.txt
 	else
-		comment /tmp/serve.txt
-		ktap_fail "serve --buf fd-from: registered, listening"
-		for t in write write read verdict; do ktap_skip "udmabuf $t" "no server"; done
-		kill $srv 2>/dev/null
+		serve_failed /tmp/serve.txt "serve --buf fd-from: registered, listening" \
+			"udmabuf write" "udmabuf write" "udmabuf read" "udmabuf verdict"
 	fi
 else
-	wait $srv
-	src=$?
-	comment /tmp/serve.txt
+	serve_wait /tmp/serve.txt
 	if [ $arc -eq 0 ] && [ $src -eq 1 ] && grep -q "received\|will register" /tmp/alloc.txt &&
 		grep -q "ibv_reg_dmabuf_mr(.*udmabuf dma-buf of 8388608 bytes.*(errno 95)" /tmp/serve.txt; then
 		ktap_ok "serve --buf fd-from: the fd arrives from the other process; EOPNOTSUPP registering it"
@@ -99,16 +90,13 @@ if [ -e /dev/p2pbuf ]; then
 			ktap_fail "serve --buf p2pbuf: device memory registered"
 			ktap_skip "RDMA WRITE into device memory" "no server"
 		fi
-		wait $srv
-		comment /tmp/serve.txt
+		serve_wait /tmp/serve.txt
 	else
 		reg_dmabuf "ibv_reg_dmabuf_mr of 4 MiB of p2pbuf device memory" --buf p2pbuf --size 4M
 		ktap_skip "RDMA WRITE into device memory" "dma-buf MRs unsupported by this kernel's rxe"
 	fi
 else
-	p2pbuf rdma reg --buf p2pbuf --size 4M >/tmp/reg.txt 2>&1
-	rc=$?
-	comment /tmp/reg.txt
+	logged /tmp/reg.txt p2pbuf rdma reg --buf p2pbuf --size 4M
 	if [ $rc -eq 69 ] && grep -q "/dev/p2pbuf does not exist" /tmp/reg.txt; then
 		ktap_skip "ibv_reg_dmabuf_mr of p2pbuf device memory" "no /dev/p2pbuf (exporter not loaded); p2pbuf says so (exit 69)"
 	else

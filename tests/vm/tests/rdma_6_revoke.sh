@@ -21,11 +21,7 @@
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
 ktap_plan 15
-if ! rxe_setup; then
-	ktap_fail "rxe0 on $RXE_NETDEV"
-	ktap_exit
-fi
-ktap_ok "rxe0 on $RXE_NETDEV"
+rxe_test
 DRV=/sys/bus/pci/drivers/p2pbuf_exporter
 GPU=$(pci_find $GPU_ID)
 PCI=$(basename "$GPU")
@@ -90,9 +86,7 @@ rdma_client 60 /tmp/rv_w2.txt write --size 64k --pattern 42
 ktap_check "a new client's RDMA WRITE into the revoked MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w2.txt"
 
-wait $srv
-src=$?
-comment /tmp/rv_serve.txt
+serve_wait /tmp/rv_serve.txt
 ktap_check "server: the region is gone, ibv_dereg_mr of the revoked MR succeeds, the fd is closed (exit $src)" \
 	sh -c "[ $src -eq 1 ] && grep -q 'done: 0 client(s) verified, 2 failed; the region cannot be read' /tmp/rv_serve.txt &&
 		grep -q 'deregistered the MR' /tmp/rv_serve.txt && [ $revoked1 -gt $revoked0 ]"
@@ -105,9 +99,7 @@ if serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 1M --clients 1
 	timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --pattern 43 >/tmp/rv_w.txt 2>&1
 	comment /tmp/rv_w.txt
 fi
-wait $srv
-src=$?
-comment /tmp/rv_serve.txt
+serve_wait /tmp/rv_serve.txt
 ktap_check "after the rebind: a new dma-buf MR of device memory takes an RDMA WRITE, verified (exit $src)" \
 	sh -c "[ $src -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w.txt"
 
@@ -136,9 +128,7 @@ crc=$?
 comment /tmp/rv_w.txt
 ktap_check "client: the write loop into the revoked buffer's MR ends with IBV_WC_REM_ACCESS_ERR (exit $crc)" \
 	sh -c "[ $crc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/rv_w.txt"
-timeout 60 p2pbuf rdma write --server "$RXE_IP:$((PORT + 1))" --size 1M --pattern 45 >/tmp/rv_w2.txt 2>&1
-rc=$?
-comment /tmp/rv_w2.txt
+logged /tmp/rv_w2.txt timeout 60 p2pbuf rdma write --server "$RXE_IP:$((PORT + 1))" --size 1M --pattern 45
 ktap_check "another buffer's MR, not revoked, still takes an RDMA WRITE, verified (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w2.txt"
 wait $srva
@@ -147,9 +137,7 @@ comment /tmp/rv_a.txt
 ktap_check "server of the revoked buffer: ibv_dereg_mr succeeds, the fd is closed" \
 	grep -q 'deregistered the MR' /tmp/rv_a.txt
 
-p2pbuf rdma reg --buf p2pbuf --size 64k --revoke-race 300 >/tmp/rv_race.txt 2>&1
-rc=$?
-comment /tmp/rv_race.txt
+logged /tmp/rv_race.txt p2pbuf rdma reg --buf p2pbuf --size 64k --revoke-race 300
 ktap_check "300 registrations racing a revoke of their buffer: each registered or refused with ENODEV or EINVAL (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '^revoke race on' /tmp/rv_race.txt"
 

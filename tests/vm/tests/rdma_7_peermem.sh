@@ -26,7 +26,7 @@ PROG=verbs-rdma-write
 # EREMOTEIO, from GUP refusing to pin a p2pdma page without FOLL_PCI_P2PDMA.
 PLAIN_ERRNO=121
 SIZE=5242880 # 5 MiB: a size no other buffer of this test has, to find it in debugfs
-DBG=/sys/kernel/debug/p2pbuf/buffers
+DBG=$P2PBUF_DEBUGFS_BUFFERS
 ktap_plan 13
 if ! rxe_setup; then
 	ktap_fail "rxe0 on $RXE_NETDEV"
@@ -204,7 +204,7 @@ fi
 
 # 9. After all that, the exporter has no attachment and no map left of the buffer.
 comment $DBG
-line=$(grep -A3 "^buffer .*: $SIZE bytes at BAR offset" $DBG | sed '2,${/^buffer /,$d}')
+line=$(debugfs_buffer $SIZE)
 if echo "$line" | grep -q "maps 0 active (\([0-9]*\) map / \1 unmap calls), vmaps 0" &&
 	! echo "$line" | grep -q "attached:"; then
 	ktap_ok "debugfs: every registration's attachment, map and vmap undone (the buffer is still held)"

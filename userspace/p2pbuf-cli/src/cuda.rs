@@ -34,15 +34,8 @@ pub enum CudaCmd {
         /// Seconds to wait for the receiver's socket.
         #[arg(long, default_value_t = 10)]
         wait: u64,
-        /// Also try a CPU mapping here and report.
-        #[arg(long)]
-        mmap: bool,
-        /// Also try RDMA registration here and report.
-        #[arg(long)]
-        rdma: bool,
-        /// Keep the memory and fd this many seconds before exiting.
-        #[arg(long, default_value_t = 0)]
-        hold: u64,
+        #[command(flatten)]
+        tries: crate::output::TryArgs,
     },
 }
 
@@ -71,7 +64,7 @@ mod with_cuda {
     use serde::Serialize;
 
     use super::CudaCmd;
-    use crate::output::{print_info, print_json, try_mmap, try_rdma, Outcome};
+    use crate::output::{print_info, print_json, Outcome};
 
     /// `p2pbuf --json cuda probe`.
     #[derive(Serialize)]
@@ -137,9 +130,7 @@ mod with_cuda {
                 pcie_mapping,
                 send,
                 wait,
-                mmap,
-                rdma,
-                hold,
+                tries,
             } => {
                 let x = cuda::export(&cuda::ExportOptions {
                     device,
@@ -148,8 +139,7 @@ mod with_cuda {
                     pcie_mapping,
                 })?;
                 let buf = x.dmabuf();
-                let mm = mmap.then(|| try_mmap(buf));
-                let rd = rdma.then(|| try_rdma(buf));
+                let tried = tries.run(buf);
                 let rdma_status = p2pbuf::rdma::status()?;
                 if !json {
                     print_device(x.device());
@@ -162,12 +152,7 @@ mod with_cuda {
                         Some(buf.as_raw_fd()),
                         buf.info(),
                     );
-                    if let Some(m) = &mm {
-                        println!("  mmap:     {}", m.line());
-                    }
-                    if let Some(r) = &rd {
-                        println!("  rdma:     {}", r.line());
-                    }
+                    tried.print();
                 }
                 let ack = match &send {
                     Some(s) => {
@@ -193,8 +178,8 @@ mod with_cuda {
                         fd: buf.as_raw_fd(),
                         pid: std::process::id(),
                         info: buf.info(),
-                        mmap: mm,
-                        rdma: rd,
+                        mmap: tried.mmap,
+                        rdma: tried.rdma,
                         rdma_devices: rdma_status,
                         sent_to: send,
                         receiver: ack,
@@ -210,15 +195,16 @@ mod with_cuda {
                         if intact { "intact" } else { "CHANGED" }
                     );
                 }
-                if hold > 0 {
+                if tries.hold > 0 {
                     if !json {
                         println!(
-                            "holding for {hold} s (see /proc/{}/fdinfo/{})",
+                            "holding for {} s (see /proc/{}/fdinfo/{})",
+                            tries.hold,
                             std::process::id(),
                             buf.as_raw_fd()
                         );
                     }
-                    std::thread::sleep(Duration::from_secs(hold));
+                    std::thread::sleep(Duration::from_secs(tries.hold));
                 }
                 Ok(())
             }

@@ -234,18 +234,13 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
             done.copied, done.nr_transfers, secs,
         );
         println!("  verify:   {verify_text}");
-        println!("{}", if ok { "OK" } else { "FAILED" });
     }
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Protocol {
-            what: format!("verifying the engine's copy of {len} bytes"),
-            detail: if short {
-                format!("only {} of {len} bytes copied (a signal?)", done.copied)
-            } else {
-                verify_text
-            },
-        })
-    }
+    let what = format!("verifying the engine's copy of {len} bytes");
+    crate::output::verdict(ok, json, what, || {
+        if short {
+            format!("only {} of {len} bytes copied (a signal?)", done.copied)
+        } else {
+            verify_text
+        }
+    })
 }

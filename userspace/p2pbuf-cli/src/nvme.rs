@@ -233,14 +233,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
         if let Some(t) = &verify_text {
             println!("  verify:   {t}");
         }
-        println!("{}", if ok { "OK" } else { "FAILED" });
     }
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Protocol {
-            what: format!("verifying {len} bytes read from {}", dev.display()),
-            detail: verify_text.unwrap_or_default(),
-        })
-    }
+    let what = format!("verifying {len} bytes read from {}", dev.display());
+    crate::output::verdict(ok, json, what, || verify_text.unwrap_or_default())
 }

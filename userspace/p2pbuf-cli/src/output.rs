@@ -127,6 +127,73 @@ impl Outcome {
     }
 }
 
+/// `--mmap`, `--rdma` and `--hold` of the commands that end up holding a dma-buf (`recv`,
+/// `cuda export`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct TryArgs {
+    /// Also try a CPU mapping here (mmap + DMA_BUF_IOCTL_SYNC) and report.
+    #[arg(long)]
+    pub mmap: bool,
+    /// Also try RDMA registration here and report.
+    #[arg(long)]
+    pub rdma: bool,
+    /// Keep the buffer (its fd, and memory this process allocated) this many seconds before
+    /// exiting.
+    #[arg(long, default_value_t = 0)]
+    pub hold: u64,
+}
+
+/// The outcomes of `--mmap` and `--rdma` (`None`: not asked for).
+pub struct Tried {
+    /// `--mmap`'s.
+    pub mmap: Option<Outcome>,
+    /// `--rdma`'s.
+    pub rdma: Option<Outcome>,
+}
+
+impl TryArgs {
+    /// Try on `buf` what was asked for.
+    pub fn run(&self, buf: &DmaBuf) -> Tried {
+        Tried {
+            mmap: self.mmap.then(|| try_mmap(buf)),
+            rdma: self.rdma.then(|| try_rdma(buf)),
+        }
+    }
+}
+
+impl Tried {
+    /// The text output's lines of what was tried.
+    pub fn print(&self) {
+        if let Some(m) = &self.mmap {
+            println!("  mmap:     {}", m.line());
+        }
+        if let Some(r) = &self.rdma {
+            println!("  rdma:     {}", r.line());
+        }
+    }
+}
+
+/// The end of a command that checks what it did: its last text line (`OK` or `FAILED`,
+/// unless `json`), and an [`Error::Protocol`] (`what` was checked, `detail` says how it
+/// failed) when not `ok`.
+pub fn verdict(
+    ok: bool,
+    json: bool,
+    what: String,
+    detail: impl FnOnce() -> String,
+) -> p2pbuf::Result<()> {
+    if !json {
+        println!("{}", if ok { "OK" } else { "FAILED" });
+    }
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Protocol {
+        what,
+        detail: detail(),
+    })
+}
+
 /// Map `buf`, read its first bytes inside a SYNC bracket, and report.
 pub fn try_mmap(buf: &DmaBuf) -> Outcome {
     let r = (|| {

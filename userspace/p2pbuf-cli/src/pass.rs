@@ -11,7 +11,7 @@ use p2pbuf::units::human_size;
 use p2pbuf::{DmaBufInfo, Error};
 use serde::Serialize;
 
-use crate::output::{print_info, print_json, try_mmap, try_rdma, Outcome, SurfaceReport};
+use crate::output::{print_info, print_json, Outcome, SurfaceReport, TryArgs};
 use crate::target::Target;
 
 #[derive(Args, Debug)]
@@ -29,15 +29,8 @@ pub struct SendArgs {
 pub struct RecvArgs {
     /// Socket path to create.
     socket: PathBuf,
-    /// Also try a CPU mapping (mmap + DMA_BUF_IOCTL_SYNC) and report.
-    #[arg(long)]
-    mmap: bool,
-    /// Also try RDMA registration and report.
-    #[arg(long)]
-    rdma: bool,
-    /// Keep the received fd open this many seconds before exiting.
-    #[arg(long, default_value_t = 0)]
-    hold: u64,
+    #[command(flatten)]
+    tries: TryArgs,
 }
 
 /// `p2pbuf --json send`.
@@ -119,8 +112,7 @@ pub fn recv(a: &RecvArgs, json: bool) -> p2pbuf::Result<()> {
                 return Err(e);
             }
         };
-        let mm = a.mmap.then(|| try_mmap(&got.buf));
-        let rd = a.rdma.then(|| try_rdma(&got.buf));
+        let tried = a.tries.run(&got.buf);
         let i = got.buf.info();
         let fd = got.buf.as_raw_fd();
         let mut ack = format!(
@@ -130,10 +122,10 @@ pub fn recv(a: &RecvArgs, json: bool) -> p2pbuf::Result<()> {
             i.size,
             i.ino.map_or("?".into(), |n| n.to_string())
         );
-        if let Some(m) = &mm {
+        if let Some(m) = &tried.mmap {
             ack += &format!("; mmap {}", m.line());
         }
-        if let Some(r) = &rd {
+        if let Some(r) = &tried.rdma {
             ack += &format!("; rdma {}", r.line());
         }
         if json {
@@ -145,8 +137,8 @@ pub fn recv(a: &RecvArgs, json: bool) -> p2pbuf::Result<()> {
                 fdinfo_path: format!("/proc/{}/fdinfo/{fd}", std::process::id()),
                 info: i,
                 surface: SurfaceReport::of(i),
-                mmap: mm,
-                rdma: rd,
+                mmap: tried.mmap,
+                rdma: tried.rdma,
             });
         } else {
             print_info(
@@ -162,23 +154,18 @@ pub fn recv(a: &RecvArgs, json: bool) -> p2pbuf::Result<()> {
             if i.size != got.header.size || i.exporter != got.header.exporter {
                 println!("  warning: differs from what the sender said");
             }
-            if let Some(m) = &mm {
-                println!("  mmap:     {}", m.line());
-            }
-            if let Some(r) = &rd {
-                println!("  rdma:     {}", r.line());
-            }
+            tried.print();
         }
         p2pbuf::fdpass::send_ack(&conn, true, &ack)?;
-        if a.hold > 0 {
+        if a.tries.hold > 0 {
             if !json {
                 println!(
                     "holding fd {fd} for {} s (see /proc/{}/fdinfo/{fd})",
-                    a.hold,
+                    a.tries.hold,
                     std::process::id(),
                 );
             }
-            std::thread::sleep(Duration::from_secs(a.hold));
+            std::thread::sleep(Duration::from_secs(a.tries.hold));
         }
         Ok(())
     })();

@@ -17,6 +17,12 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `o` exited 69 (EX_UNAVAILABLE) and its stderr says `says`.
+fn assert_unavailable(o: &std::process::Output, says: &str) {
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(o));
+    assert!(stderr(o).contains(says), "{}", stderr(o));
+}
+
 #[test]
 fn info_rejects_a_device_node() {
     let o = p2pbuf(&["info", "/dev/null"]);
@@ -102,8 +108,7 @@ fn rdma_serve_without_a_device_says_how_to_get_one() {
         return;
     }
     let o = p2pbuf(&["rdma", "serve", "--size", "1M", "--timeout", "1"]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("rdma link add rxe0"), "{}", stderr(&o));
+    assert_unavailable(&o, "rdma link add rxe0");
     let o = p2pbuf(&["--json", "rdma", "reg", "--buf", "host", "--size", "4096"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -128,8 +133,7 @@ fn alloc_from_a_missing_exporter_is_unavailable() {
         return;
     }
     let o = p2pbuf(&["alloc", "--kind", "p2pbuf", "--size", "4096"]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("/dev/p2pbuf"), "{}", stderr(&o));
+    assert_unavailable(&o, "/dev/p2pbuf");
 }
 
 #[test]
@@ -142,8 +146,7 @@ fn nvme_without_the_drive_is_unavailable() {
         "--len",
         "4k",
     ]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert_unavailable(&o, "does not exist");
 }
 
 #[test]
@@ -179,51 +182,32 @@ fn fpga_copy_checks_length_then_the_engine() {
 #[test]
 fn alloc_surface_is_validated_before_any_device() {
     // Each is refused with exit 2 and says why, whatever exporter the machine has.
+    // (The words of each command line after `alloc`, and what the refusal says.)
     for (args, says) in [
         (
-            vec![
-                "--surface",
-                "1920x1080",
-                "--format",
-                "NV21",
-                "--stride",
-                "100",
-            ],
+            "--surface 1920x1080 --format NV21 --stride 100",
             "stride 100 is less than a row's 1920 bytes",
         ),
         (
-            vec!["--surface", "1920x1080", "--size", "100"],
+            "--surface 1920x1080 --size 100",
             "the surface needs 8294400 bytes",
         ),
-        (vec!["--surface", "0x1080"], "width 0 is out of range"),
+        ("--surface 0x1080", "width 0 is out of range"),
+        ("--surface 1921x1080 --format NV12", "width divisible by 2"),
         (
-            vec!["--surface", "1921x1080", "--format", "NV12"],
-            "width divisible by 2",
-        ),
-        (
-            vec!["--surface", "64x64", "--modifier", "0x0300000000000001"],
+            "--surface 64x64 --modifier 0x0300000000000001",
             "vendor-private",
         ),
         (
-            vec![
-                "--surface",
-                "64x64",
-                "--modifier",
-                "I915_Y_TILED",
-                "--stride",
-                "300",
-            ],
+            "--surface 64x64 --modifier I915_Y_TILED --stride 300",
             "not a multiple of the 128-byte tile width",
         ),
-        (
-            vec!["--surface", "64x64", "--format", "ZZZZ"],
-            "not a DRM fourcc",
-        ),
-        (vec!["--surface", "64"], "expected WIDTHxHEIGHT"),
-        (vec!["--format", "XR24", "--size", "4096"], "--surface"),
+        ("--surface 64x64 --format ZZZZ", "not a DRM fourcc"),
+        ("--surface 64", "expected WIDTHxHEIGHT"),
+        ("--format XR24 --size 4096", "--surface"),
     ] {
         let mut a = vec!["alloc"];
-        a.extend(&args);
+        a.extend(args.split_whitespace());
         let o = p2pbuf(&a);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
@@ -254,6 +238,5 @@ fn alloc_surface_reaches_the_exporter() {
         "--format",
         "NV12",
     ]);
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("/dev/udmabuf"), "{}", stderr(&o));
+    assert_unavailable(&o, "/dev/udmabuf");
 }

@@ -40,6 +40,7 @@
 
 #include <infiniband/driver.h>
 #include <infiniband/verbs.h>
+#include "check_util.h"
 
 #define DMA_BUF_MAGIC 0x444d4142
 
@@ -60,29 +61,6 @@ static bool check(bool cond, const char *fmt, ...)
 		failures++;
 	fflush(stdout);
 	return cond;
-}
-
-static double now_us(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;
 }
 
 /* ---- stderr capture: the library's messages ---- */
@@ -162,15 +140,21 @@ static struct ibv_mr *new_mr(enum ibv_mr_type type, int access)
 	return &vmr->ibv_mr;
 }
 
+/* What every registration stub records. */
+static void note_reg(size_t length, uint64_t iova, int access)
+{
+	st.length = length;
+	st.iova = iova;
+	st.access = access;
+}
+
 static struct ibv_mr *s_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
 			       int access)
 {
 	(void)pd;
 	st.reg_mr_calls++;
 	st.addr = addr;
-	st.length = length;
-	st.iova = hca_va;
-	st.access = access;
+	note_reg(length, hca_va, access);
 	return new_mr(IBV_MR_TYPE_MR, access);
 }
 
@@ -184,10 +168,8 @@ static struct ibv_mr *s_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t
 	(void)pd;
 	st.dmabuf_calls++;
 	st.offset = offset;
-	st.length = length;
-	st.iova = iova;
 	st.fd = fd;
-	st.access = access;
+	note_reg(length, iova, access);
 	st.is_dmabuf = fstatfs(fd, &sf) == 0 && (unsigned long)sf.f_type == DMA_BUF_MAGIC;
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
 	f = fopen(path, "r");

@@ -4,13 +4,13 @@
 
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::ptr::NonNull;
 use std::rc::Rc;
 
 use p2pbuf::{Error, Result};
 use serde::Serialize;
 
-use crate::ffi::{self, errno, ibv_access_flags as acc, libs, Libs};
+use crate::ffi::{self, ibv_access_flags as acc, libs};
+use crate::sys::verbs::{CqHandle, CtxId, Device, DeviceList, MrHandle, PdHandle};
 use crate::wc::WcStatus;
 
 pub use p2pbuf::memory::HostBuf;
@@ -140,77 +140,26 @@ pub(crate) fn os_error(what: impl Into<String>, errno: i32, check: Option<String
     }
 }
 
-struct DeviceList {
-    libs: &'static Libs,
-    list: NonNull<*mut ffi::ibv_context>,
-    len: usize,
-}
-
-impl DeviceList {
-    /// `rdma_get_devices`: the verbs contexts that librdmacm uses for its ids, so that PDs
-    /// made on them can carry QPs made with `rdma_create_qp`.
-    fn get() -> Result<Self> {
-        let libs = libs()?;
-        let mut n = 0;
-        // SAFETY: rdma_get_devices writes the count and returns a NULL-terminated array it
-        // owns until rdma_free_devices.
-        let p = unsafe { libs.cm.rdma_get_devices(&mut n) };
-        let e = errno();
-        match NonNull::new(p) {
-            Some(list) if n > 0 => Ok(DeviceList {
-                libs,
-                list,
-                len: n as usize,
-            }),
-            other => {
-                if let Some(list) = other {
-                    // SAFETY: `list` came from rdma_get_devices.
-                    unsafe { libs.cm.rdma_free_devices(list.as_ptr()) };
-                }
-                let sysfs = p2pbuf::rdma::status()
-                    .map(|s| s.summary())
-                    .unwrap_or_default();
-                Err(Error::Unavailable {
-                    what: "listing RDMA devices (rdma_get_devices)".into(),
-                    detail: format!(
-                        "{} (errno {}; {sysfs})",
-                        if n == 0 && e == 0 {
-                            "none found".to_string()
-                        } else {
-                            p2pbuf::error::errno_text(if e == 0 { ENODEV } else { e })
-                        },
-                        if e == 0 { ENODEV } else { e }
-                    ),
-                    check: Some(NO_DEVICE_CHECK.into()),
-                })
-            }
+/// librdmacm's device list, or the error that says there is no RDMA device.
+fn device_list() -> Result<DeviceList> {
+    DeviceList::get(libs()?).map_err(|(n, e)| {
+        let sysfs = p2pbuf::rdma::status()
+            .map(|s| s.summary())
+            .unwrap_or_default();
+        Error::Unavailable {
+            what: "listing RDMA devices (rdma_get_devices)".into(),
+            detail: format!(
+                "{} (errno {}; {sysfs})",
+                if n == 0 && e == 0 {
+                    "none found".to_string()
+                } else {
+                    p2pbuf::error::errno_text(if e == 0 { ENODEV } else { e })
+                },
+                if e == 0 { ENODEV } else { e }
+            ),
+            check: Some(NO_DEVICE_CHECK.into()),
         }
-    }
-
-    fn contexts(&self) -> impl Iterator<Item = *mut ffi::ibv_context> + '_ {
-        // SAFETY: the array has `len` valid entries while `self` lives.
-        (0..self.len).map(move |i| unsafe { *self.list.as_ptr().add(i) })
-    }
-
-    fn name(&self, ctx: *mut ffi::ibv_context) -> String {
-        // SAFETY: `ctx` is one of the list's live contexts; ibv_get_device_name returns a
-        // string owned by the device.
-        unsafe {
-            let p = self.libs.v.ibv_get_device_name((*ctx).device);
-            if p.is_null() {
-                return "?".into();
-            }
-            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-        }
-    }
-}
-
-impl Drop for DeviceList {
-    fn drop(&mut self) {
-        // SAFETY: the list came from rdma_get_devices; nothing made on its contexts outlives
-        // it (they hold an `Rc` of it).
-        unsafe { self.libs.cm.rdma_free_devices(self.list.as_ptr()) }
-    }
+    })
 }
 
 /// What `ibv_query_device` says, the parts a user looks at.
@@ -236,95 +185,72 @@ pub struct DeviceAttr {
     pub max_mr: i32,
 }
 
-struct CtxInner {
-    list: DeviceList,
-    ctx: NonNull<ffi::ibv_context>,
-    name: String,
-}
-
 /// An RDMA device's verbs context (one of librdmacm's, so it serves rdma_cm ids too).
 #[derive(Clone)]
-pub struct Context(Rc<CtxInner>);
+pub struct Context(Rc<Device>);
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Context({})", self.0.name)
+        write!(f, "Context({})", self.0.name())
     }
 }
 
 /// Names of the RDMA devices that librdmacm sees.
 pub fn device_names() -> Result<Vec<String>> {
-    let l = DeviceList::get()?;
-    Ok(l.contexts().map(|c| l.name(c)).collect())
+    let l = device_list()?;
+    Ok(l.contexts().filter_map(|c| l.name(c)).collect())
 }
 
 impl Context {
     /// Open device `name`, or the first one.
     pub fn open(name: Option<&str>) -> Result<Context> {
-        let list = DeviceList::get()?;
+        let list = device_list()?;
         let found = list
             .contexts()
-            .find(|c| name.is_none_or(|n| list.name(*c) == n));
-        let Some(ctx) = found.and_then(NonNull::new) else {
-            let names: Vec<String> = list.contexts().map(|c| list.name(c)).collect();
+            .find(|c| name.is_none_or(|n| list.name(*c).as_deref() == Some(n)));
+        let Some(ctx) = found else {
+            let names: Vec<String> = list.contexts().filter_map(|c| list.name(c)).collect();
             return Err(Error::Unavailable {
                 what: format!("opening RDMA device {:?}", name.unwrap_or("(first)")),
                 detail: format!("no such device; there are: {}", names.join(", ")),
                 check: Some("rdma link show; ibv_devices".into()),
             });
         };
-        let name = list.name(ctx.as_ptr());
-        Ok(Context(Rc::new(CtxInner { list, ctx, name })))
+        Context::of(list, ctx)
+    }
+
+    fn of(list: DeviceList, ctx: CtxId) -> Result<Context> {
+        let dev = Device::new(list, ctx).ok_or_else(|| Error::Protocol {
+            what: "finding the RDMA device of a connection".into(),
+            detail: "librdmacm bound it to a context that rdma_get_devices does not list".into(),
+        })?;
+        Ok(Context(Rc::new(dev)))
     }
 
     /// The context librdmacm bound `verbs` (an id's `verbs`) to.
-    pub(crate) fn of_verbs(verbs: *mut ffi::ibv_context) -> Result<Context> {
-        let list = DeviceList::get()?;
-        let Some(ctx) = list.contexts().find(|c| *c == verbs).and_then(NonNull::new) else {
-            return Err(Error::Protocol {
-                what: "finding the RDMA device of a connection".into(),
-                detail: "librdmacm bound it to a context that rdma_get_devices does not list"
-                    .into(),
-            });
-        };
-        let name = list.name(ctx.as_ptr());
-        Ok(Context(Rc::new(CtxInner { list, ctx, name })))
+    pub(crate) fn of_verbs(verbs: CtxId) -> Result<Context> {
+        Context::of(device_list()?, verbs)
     }
 
     /// Device name, e.g. `rxe0`.
     pub fn name(&self) -> &str {
-        &self.0.name
+        self.0.name()
     }
 
-    pub(crate) fn libs(&self) -> &'static Libs {
-        self.0.list.libs
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_context {
-        self.0.ctx.as_ptr()
+    /// Its identity (to compare with an id's `verbs`).
+    pub(crate) fn id(&self) -> CtxId {
+        self.0.id()
     }
 
     /// `ibv_query_device`.
     pub fn query(&self) -> Result<DeviceAttr> {
-        let mut a = ffi::ibv_device_attr::default();
-        // SAFETY: a live context and a writable attr struct of the header's layout.
-        let r = unsafe { self.libs().v.ibv_query_device(self.as_ptr(), &mut a) };
-        if r != 0 {
-            return Err(os_error(
-                format!("ibv_query_device({})", self.name()),
-                r,
-                None,
-            ));
-        }
-        let fw: Vec<u8> = a
-            .fw_ver
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
+        let a = self
+            .0
+            .query()
+            .map_err(|r| os_error(format!("ibv_query_device({})", self.name()), r, None))?;
         let g = u64::from_be(a.node_guid).to_be_bytes();
         Ok(DeviceAttr {
-            fw_ver: String::from_utf8_lossy(&fw).into_owned(),
+            fw_ver: p2pbuf::c_chars_lossy(&a.fw_ver),
             node_guid: format!(
                 "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
                 g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]
@@ -342,14 +268,7 @@ impl Context {
 
 struct PdInner {
     ctx: Context,
-    pd: NonNull<ffi::ibv_pd>,
-}
-
-impl Drop for PdInner {
-    fn drop(&mut self) {
-        // SAFETY: every MR and QP on this PD holds an `Rc` of it, so none is left.
-        unsafe { self.ctx.libs().v.ibv_dealloc_pd(self.pd.as_ptr()) };
-    }
+    pd: Rc<PdHandle>,
 }
 
 /// A protection domain.
@@ -395,13 +314,11 @@ fn reg_mr_check(errno: i32) -> Option<String> {
 impl Pd {
     /// `ibv_alloc_pd`.
     pub fn new(ctx: &Context) -> Result<Pd> {
-        // SAFETY: a live context.
-        let pd = unsafe { ctx.libs().v.ibv_alloc_pd(ctx.as_ptr()) };
-        let pd = NonNull::new(pd)
-            .ok_or_else(|| os_error(format!("ibv_alloc_pd({})", ctx.name()), errno(), None))?;
+        let pd = PdHandle::alloc(&ctx.0)
+            .map_err(|e| os_error(format!("ibv_alloc_pd({})", ctx.name()), e, None))?;
         Ok(Pd(Rc::new(PdInner {
             ctx: ctx.clone(),
-            pd,
+            pd: Rc::new(pd),
         })))
     }
 
@@ -410,24 +327,13 @@ impl Pd {
         &self.0.ctx
     }
 
-    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_pd {
-        self.0.pd.as_ptr()
+    pub(crate) fn handle(&self) -> &PdHandle {
+        &self.0.pd
     }
 
     /// Register host memory (`ibv_reg_mr`); the region owns `buf`.
     pub fn reg_mr(&self, buf: HostBuf, access: Access) -> Result<HostMr> {
-        // SAFETY: `buf` is a live mapping of `len` bytes that the returned HostMr keeps
-        // alive (and unmaps only after deregistration: field order).
-        let mr = unsafe {
-            self.context().libs().v.ibv_reg_mr(
-                self.as_ptr(),
-                buf.as_ptr().cast(),
-                buf.len(),
-                access.bits() as i32,
-            )
-        };
-        let mr = NonNull::new(mr).ok_or_else(|| {
-            let e = errno();
+        let mr = MrHandle::reg_host(&self.0.pd, &buf, access.bits()).map_err(|e| {
             os_error(
                 format!(
                     "ibv_reg_mr({} bytes of host memory, access {access}) on {}",
@@ -444,7 +350,6 @@ impl Pd {
                 mr,
                 access,
                 kind: MrKind::Host,
-                live: true,
             },
             buf,
         })
@@ -463,39 +368,26 @@ impl Pd {
         access: Access,
     ) -> Result<Mr> {
         let raw = fd.as_raw_fd();
-        // SAFETY: the kernel validates offset, length, iova, access and the fd; nothing in
-        // this process's memory is handed over.
-        let mr = unsafe {
-            self.context().libs().v.ibv_reg_dmabuf_mr(
-                self.as_ptr(),
-                offset,
-                len,
-                iova,
-                raw,
-                access.bits() as i32,
-            )
-        };
-        let mr = NonNull::new(mr).ok_or_else(|| {
-            let e = errno();
-            let what = match p2pbuf::DmaBufInfo::read(format!("/proc/self/fdinfo/{raw}")) {
-                Ok(i) => format!("{} dma-buf of {} bytes", i.exporter, i.size),
-                Err(_) => "not a dma-buf".into(),
-            };
-            os_error(
-                format!(
-                    "ibv_reg_dmabuf_mr(offset {offset}, length {len}, iova {iova:#x}, fd {raw} ({what}), access {access}) on {}",
-                    self.context().name()
-                ),
-                e,
-                dmabuf_mr_check(e),
-            )
-        })?;
+        let mr = MrHandle::reg_dmabuf(&self.0.pd, offset, len, iova, fd, access.bits())
+            .map_err(|e| {
+                let what = match p2pbuf::DmaBufInfo::read(format!("/proc/self/fdinfo/{raw}")) {
+                    Ok(i) => format!("{} dma-buf of {} bytes", i.exporter, i.size),
+                    Err(_) => "not a dma-buf".into(),
+                };
+                os_error(
+                    format!(
+                        "ibv_reg_dmabuf_mr(offset {offset}, length {len}, iova {iova:#x}, fd {raw} ({what}), access {access}) on {}",
+                        self.context().name()
+                    ),
+                    e,
+                    dmabuf_mr_check(e),
+                )
+            })?;
         Ok(Mr {
             pd: self.clone(),
             mr,
             access,
             kind: MrKind::DmaBuf { offset, iova },
-            live: true,
         })
     }
 }
@@ -518,11 +410,9 @@ pub enum MrKind {
 /// A registered memory region; deregistered on drop (or by [`Mr::dereg`], which reports).
 pub struct Mr {
     pd: Pd,
-    mr: NonNull<ffi::ibv_mr>,
+    mr: MrHandle,
     access: Access,
     kind: MrKind,
-    /// Not yet deregistered.
-    live: bool,
 }
 
 /// The parts of an MR that a peer needs, and some for reports.
@@ -546,14 +436,13 @@ pub struct MrInfo {
 impl Mr {
     /// Keys, address, length.
     pub fn info(&self) -> MrInfo {
-        // SAFETY: the MR is live while `self` is.
-        let m = unsafe { self.mr.as_ref() };
+        let m = self.mr.fields();
         MrInfo {
             addr: match self.kind {
-                MrKind::Host => m.addr as u64,
+                MrKind::Host => m.addr,
                 MrKind::DmaBuf { iova, .. } => iova,
             },
-            len: m.length as u64,
+            len: m.length,
             rkey: m.rkey,
             lkey: m.lkey,
             access: self.access,
@@ -568,35 +457,21 @@ impl Mr {
 
     /// `ibv_dereg_mr` now, with its errno (dropping the region does the same silently).
     /// For a dma-buf MR this detaches from the dma-buf, also after the exporter revoked it.
-    pub fn dereg(mut self) -> Result<()> {
-        self.live = false;
-        // SAFETY: a live MR, deregistered once (`live` is now false, so Drop will not).
-        let r = unsafe { self.pd.context().libs().v.ibv_dereg_mr(self.mr.as_ptr()) };
-        if r != 0 {
-            return Err(os_error(
-                format!("ibv_dereg_mr on {}", self.pd.context().name()),
+    pub fn dereg(self) -> Result<()> {
+        let Mr { pd, mr, .. } = self;
+        mr.dereg().map_err(|r| {
+            os_error(
+                format!("ibv_dereg_mr on {}", pd.context().name()),
                 r,
                 Some("work requests may still use the MR, or its memory windows are bound".into()),
-            ));
-        }
-        Ok(())
+            )
+        })
     }
 }
 
 impl fmt::Debug for Mr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.info().fmt(f)
-    }
-}
-
-impl Drop for Mr {
-    fn drop(&mut self) {
-        if !self.live {
-            return;
-        }
-        // SAFETY: a live MR, deregistered once; no work request uses it any more (the
-        // connections that used it wait for their completions).
-        unsafe { self.pd.context().libs().v.ibv_dereg_mr(self.mr.as_ptr()) };
     }
 }
 
@@ -641,7 +516,7 @@ impl fmt::Debug for HostMr {
 /// A completion queue (polled, no completion channel).
 pub struct Cq {
     ctx: Context,
-    cq: NonNull<ffi::ibv_cq>,
+    cq: CqHandle,
 }
 
 /// One work completion.
@@ -662,51 +537,26 @@ pub struct Completion {
 impl Cq {
     /// `ibv_create_cq` with `cqe` entries.
     pub fn new(ctx: &Context, cqe: i32) -> Result<Cq> {
-        // SAFETY: a live context; no channel, no user context.
-        let cq = unsafe {
-            ctx.libs().v.ibv_create_cq(
-                ctx.as_ptr(),
-                cqe,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        let cq = NonNull::new(cq).ok_or_else(|| {
-            os_error(
-                format!("ibv_create_cq({cqe}) on {}", ctx.name()),
-                errno(),
-                None,
-            )
-        })?;
+        let cq = CqHandle::create(&ctx.0, cqe)
+            .map_err(|e| os_error(format!("ibv_create_cq({cqe}) on {}", ctx.name()), e, None))?;
         Ok(Cq {
             ctx: ctx.clone(),
             cq,
         })
     }
 
-    pub(crate) fn as_ptr(&self) -> *mut ffi::ibv_cq {
-        self.cq.as_ptr()
+    pub(crate) fn handle(&self) -> &CqHandle {
+        &self.cq
     }
 
     /// `ibv_poll_cq` for up to `max` completions.
     pub fn poll(&self, max: usize) -> Result<Vec<Completion>> {
         let mut wc = vec![ffi::ibv_wc::default(); max.max(1)];
-        // SAFETY: ibv_poll_cq is a static inline that calls the context's poll_cq op with
-        // the CQ and an array of `wc.len()` entries.
-        let n = unsafe {
-            let ctx = (*self.cq.as_ptr()).context;
-            let poll = (*ctx).ops.poll_cq.expect("provider without poll_cq");
-            poll(self.cq.as_ptr(), wc.len() as i32, wc.as_mut_ptr())
-        };
-        if n < 0 {
-            return Err(os_error(
-                format!("ibv_poll_cq on {}", self.ctx.name()),
-                -n,
-                None,
-            ));
-        }
-        Ok(wc[..n as usize]
+        let n = self
+            .cq
+            .poll(&mut wc)
+            .map_err(|e| os_error(format!("ibv_poll_cq on {}", self.ctx.name()), e, None))?;
+        Ok(wc[..n]
             .iter()
             .map(|w| Completion {
                 wr_id: w.wr_id,
@@ -716,13 +566,6 @@ impl Cq {
                 vendor_err: w.vendor_err,
             })
             .collect())
-    }
-}
-
-impl Drop for Cq {
-    fn drop(&mut self) {
-        // SAFETY: the QPs that use it are destroyed before (they own the Cq after them).
-        unsafe { self.ctx.libs().v.ibv_destroy_cq(self.cq.as_ptr()) };
     }
 }
 

@@ -40,21 +40,10 @@ impl WcStatus {
 
     /// rdma-core's description (`ibv_wc_status_str`).
     pub fn describe(self) -> String {
-        match libs() {
-            Ok(l) => {
-                // SAFETY: returns a static string for any value.
-                let p = unsafe { l.v.ibv_wc_status_str(self.0) };
-                if p.is_null() {
-                    format!("status {}", self.0)
-                } else {
-                    // SAFETY: a NUL-terminated static string.
-                    unsafe { std::ffi::CStr::from_ptr(p) }
-                        .to_string_lossy()
-                        .into_owned()
-                }
-            }
-            Err(_) => format!("status {}", self.0),
-        }
+        libs()
+            .ok()
+            .and_then(|l| crate::sys::verbs::wc_status_str(l, self.0))
+            .unwrap_or_else(|| format!("status {}", self.0))
     }
 
     /// What to check when a work request completes with this status.

@@ -89,3 +89,93 @@ impl std::os::fd::AsFd for Opened {
         self.file.as_fd()
     }
 }
+
+#[cfg(p2pbuf_uapi)]
+impl Opened {
+    /// The error of a failed ioctl `what` on this device. ENOTTY means the node does not
+    /// answer the uAPI of `module` (e.g. "p2pbuf exporter") this library speaks; any other
+    /// errno says to `check`.
+    pub fn ioctl_error(
+        &self,
+        module: &str,
+        what: String,
+        e: rustix::io::Errno,
+        check: String,
+    ) -> Error {
+        let check = if e == rustix::io::Errno::NOTTY {
+            format!(
+                "{} does not answer this uAPI: is it the {module}, of the same version as this library?",
+                self.path.display()
+            )
+        } else {
+            check
+        };
+        Error::os_check(what, e, check)
+    }
+}
+
+/// The size of uAPI struct `T`, for its `size` field (the extensible-struct rule).
+#[cfg(p2pbuf_uapi)]
+pub(crate) fn struct_size<T>() -> u32 {
+    std::mem::size_of::<T>() as u32
+}
+
+/// A device handle type `$handle { dev: Opened }` (with the doc comment given) whose open
+/// errors are those of the [`Device`] `$device`, with its `open()` (of the module's
+/// `DEVICE`), `open_at()` and `path()`.
+macro_rules! device_handle {
+    ($(#[$doc:meta])* $handle:ident, $device:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $handle {
+            dev: $crate::device::Opened,
+        }
+
+        impl $handle {
+            const DEVICE_NODE: $crate::device::Device = $device;
+
+            /// Open [`DEVICE`].
+            pub fn open() -> Result<Self> {
+                Self::open_at(DEVICE)
+            }
+
+            /// Open the device at `path`.
+            pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
+                let dev = Self::DEVICE_NODE.open(path.as_ref())?;
+                Ok($handle { dev })
+            }
+
+            /// The device path.
+            pub fn path(&self) -> &Path {
+                &self.dev.path
+            }
+        }
+    };
+}
+pub(crate) use device_handle;
+
+#[cfg(test)]
+mod tests {
+    use crate::exporter::Exporter;
+    use crate::importer::Engine;
+
+    /// A missing node is [`Error::Unavailable`](crate::Error::Unavailable), saying that it
+    /// does not exist and which module to load.
+    #[test]
+    fn missing_device_is_unavailable() {
+        for (e, module) in [
+            (
+                Exporter::open_at("/nonexistent/p2pbuf").unwrap_err(),
+                "insmod p2pbuf_exporter",
+            ),
+            (
+                Engine::open_at("/nonexistent/p2pbuf-dma").unwrap_err(),
+                "p2pbuf_importer",
+            ),
+        ] {
+            assert!(e.is_unavailable(), "{e:?}");
+            assert!(e.to_string().contains("does not exist"), "{e}");
+            assert!(e.check().unwrap().contains(module), "{e}");
+        }
+    }
+}

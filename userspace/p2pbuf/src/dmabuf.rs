@@ -1,6 +1,6 @@
 //! [`DmaBuf`]: an owned dma-buf file descriptor with its size and exporter.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -156,42 +156,32 @@ impl DmaBuf {
     }
 }
 
-impl AsFd for DmaBuf {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for DmaBuf {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
+owns_fd!(DmaBuf, fd);
 
 fn fs_name(magic: u64) -> &'static str {
     use linux_raw_sys::general as g;
+    const NAMES: &[(u32, &str)] = &[
+        (
+            g::TMPFS_MAGIC,
+            "tmpfs: a memfd, a shm file or a device node on devtmpfs",
+        ),
+        (g::PROC_SUPER_MAGIC, "procfs"),
+        (g::SYSFS_MAGIC, "sysfs"),
+        (g::EXT4_SUPER_MAGIC, "ext2/3/4"),
+        (
+            g::ANON_INODE_FS_MAGIC,
+            "anon_inodefs, e.g. an eventfd or DRM sync file",
+        ),
+        (g::SOCKFS_MAGIC, "a socket"),
+        (g::PIPEFS_MAGIC, "a pipe"),
+        (g::DEVPTS_SUPER_MAGIC, "a pty"),
+        (g::OVERLAYFS_SUPER_MAGIC, "overlayfs"),
+    ];
     let m = magic as u32;
-    if m == g::TMPFS_MAGIC {
-        "tmpfs: a memfd, a shm file or a device node on devtmpfs"
-    } else if m == g::PROC_SUPER_MAGIC {
-        "procfs"
-    } else if m == g::SYSFS_MAGIC {
-        "sysfs"
-    } else if m == g::EXT4_SUPER_MAGIC {
-        "ext2/3/4"
-    } else if m == g::ANON_INODE_FS_MAGIC {
-        "anon_inodefs, e.g. an eventfd or DRM sync file"
-    } else if m == g::SOCKFS_MAGIC {
-        "a socket"
-    } else if m == g::PIPEFS_MAGIC {
-        "a pipe"
-    } else if m == g::DEVPTS_SUPER_MAGIC {
-        "a pty"
-    } else if m == g::OVERLAYFS_SUPER_MAGIC {
-        "overlayfs"
-    } else {
-        "not the dma-buf filesystem"
-    }
+    NAMES
+        .iter()
+        .find(|(k, _)| *k == m)
+        .map_or("not the dma-buf filesystem", |(_, n)| n)
 }
 
 #[cfg(test)]

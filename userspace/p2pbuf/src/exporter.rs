@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::device::{Device, Opened};
+use crate::device::Device;
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -98,76 +98,49 @@ pub struct Allocation {
     pub offset: u64,
 }
 
-/// An open `/dev/p2pbuf`.
-#[derive(Debug)]
-pub struct Exporter {
-    dev: Opened,
-}
-
-const EXPORTER: Device = Device {
-    name: "the p2pbuf exporter",
-    missing: "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)",
-    denied: "the device is root-only by default",
-};
-
-impl Exporter {
-    /// Open [`DEVICE`].
-    pub fn open() -> Result<Self> {
-        Self::open_at(DEVICE)
+crate::device::device_handle!(
+    /// An open `/dev/p2pbuf`.
+    Exporter,
+    Device {
+        name: "the p2pbuf exporter",
+        missing: "load the exporter module (insmod p2pbuf_exporter.ko) and bind it to device memory (in the lab: the ivshmem BAR)",
+        denied: "the device is root-only by default",
     }
-
-    /// Open the device at `path`.
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        Ok(Exporter {
-            dev: EXPORTER.open(path.as_ref())?,
-        })
-    }
-
-    /// The device path.
-    pub fn path(&self) -> &Path {
-        &self.dev.path
-    }
-}
+);
 
 #[cfg(p2pbuf_uapi)]
 mod imp {
     use std::os::fd::AsFd;
 
     use super::*;
+    use crate::device::struct_size;
     use crate::sys::{self, uapi};
 
-    fn size_of<T>() -> u32 {
-        std::mem::size_of::<T>() as u32
+    /// `map_err` of a failed ioctl `what`: [`ioctl_error`] with `check`.
+    fn fails<'a>(
+        ex: &'a Exporter,
+        what: String,
+        check: &'a str,
+    ) -> impl FnOnce(rustix::io::Errno) -> Error + 'a {
+        move |e| ioctl_error(ex, what, e, check)
     }
 
     fn ioctl_error(ex: &Exporter, what: String, e: rustix::io::Errno, check: &str) -> Error {
-        use rustix::io::Errno;
-        let check = if e == Errno::NOTTY {
-            format!(
-                "{} does not answer this uAPI: is it the p2pbuf exporter, of the same version as this library?",
-                ex.path().display()
-            )
-        } else {
-            check.to_string()
-        };
-        Error::os_check(what, e, check)
+        ex.dev.ioctl_error("p2pbuf exporter", what, e, check.into())
     }
 
     impl Exporter {
         /// `P2PBUF_IOCTL_INFO`.
         pub fn info(&self) -> Result<ExporterInfo> {
             let mut a = uapi::p2pbuf_info {
-                size: size_of::<uapi::p2pbuf_info>(),
+                size: struct_size::<uapi::p2pbuf_info>(),
                 ..Default::default()
             };
-            sys::p2pbuf_info(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    "P2PBUF_IOCTL_INFO".into(),
-                    e,
-                    "dmesg for the exporter",
-                )
-            })?;
+            sys::p2pbuf_info(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                "P2PBUF_IOCTL_INFO".into(),
+                "dmesg for the exporter",
+            ))?;
             Ok(ExporterInfo {
                 api_version: a.api_version,
                 nr_providers: a.nr_providers,
@@ -192,28 +165,19 @@ mod imp {
 
         fn provider_info(&self, id: u32, flags: u32) -> Result<Provider> {
             let mut a = uapi::p2pbuf_provider_info {
-                size: size_of::<uapi::p2pbuf_provider_info>(),
+                size: struct_size::<uapi::p2pbuf_provider_info>(),
                 id,
                 flags,
                 ..Default::default()
             };
-            sys::p2pbuf_provider_info(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_PROVIDER_INFO(id {id})"),
-                    e,
-                    "ENOENT: no provider was ever bound with that id (list them with `p2pbuf info`)",
-                )
-            })?;
-            let name: Vec<u8> = a
-                .pci_name
-                .iter()
-                .take_while(|c| **c != 0)
-                .map(|c| *c as u8)
-                .collect();
+            sys::p2pbuf_provider_info(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_PROVIDER_INFO(id {id})"),
+                "ENOENT: no provider was ever bound with that id (list them with `p2pbuf info`)",
+            ))?;
             Ok(Provider {
                 id: a.id,
-                pci_name: String::from_utf8_lossy(&name).into_owned(),
+                pci_name: crate::c_chars_lossy(&a.pci_name),
                 bar: a.bar,
                 bar_size: a.bar_size,
                 total: a.total,
@@ -255,7 +219,7 @@ mod imp {
             uninitialized: bool,
         ) -> Result<Allocation> {
             let mut a = uapi::p2pbuf_alloc {
-                size: size_of::<uapi::p2pbuf_alloc>(),
+                size: struct_size::<uapi::p2pbuf_alloc>(),
                 length,
                 provider,
                 fd: -1,
@@ -266,14 +230,11 @@ mod imp {
                 },
                 ..Default::default()
             };
-            let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
-                    e,
-                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
-                )
-            })?;
+            let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
+                "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
+            ))?;
             Ok(Allocation {
                 buf: DmaBuf::from_fd(fd)?,
                 provider,
@@ -285,26 +246,16 @@ mod imp {
         /// exporter refused for `buf` (a p2pbuf dma-buf), with the reason.
         pub fn refusals(&self, buf: &DmaBuf) -> Result<BufferRefusals> {
             let mut a = uapi::p2pbuf_refusal {
-                size: size_of::<uapi::p2pbuf_refusal>(),
+                size: struct_size::<uapi::p2pbuf_refusal>(),
                 fd: std::os::fd::AsRawFd::as_raw_fd(buf),
                 ..Default::default()
             };
-            sys::p2pbuf_refusal(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_REFUSAL(dma-buf fd {})", a.fd),
-                    e,
-                    "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
-                )
-            })?;
-            let text = |b: &[std::ffi::c_char]| {
-                let v: Vec<u8> = b
-                    .iter()
-                    .take_while(|c| **c != 0)
-                    .map(|c| *c as u8)
-                    .collect();
-                String::from_utf8_lossy(&v).into_owned()
-            };
+            sys::p2pbuf_refusal(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_REFUSAL(dma-buf fd {})", a.fd),
+                "EINVAL: not a dma-buf of this exporter (or its provider was unbound); EBADF: the fd is not open",
+            ))?;
+            let text = crate::c_chars_lossy;
             let last = (a.reason != uapi::P2PBUF_REFUSAL_NONE).then(|| Refusal {
                 device: text(&a.device),
                 reason: match a.reason {
@@ -325,18 +276,15 @@ mod imp {
         /// later maps and mmaps fail with ENODEV; the fds stay open.
         pub fn revoke(&self, buf: &DmaBuf) -> Result<()> {
             let mut a = uapi::p2pbuf_revoke {
-                size: size_of::<uapi::p2pbuf_revoke>(),
+                size: struct_size::<uapi::p2pbuf_revoke>(),
                 fd: std::os::fd::AsRawFd::as_raw_fd(buf),
                 flags: 0,
             };
-            sys::p2pbuf_revoke(self.dev.as_fd(), &mut a).map_err(|e| {
-                ioctl_error(
-                    self,
-                    format!("P2PBUF_IOCTL_REVOKE(dma-buf fd {})", a.fd),
-                    e,
-                    "EINVAL: not a dma-buf of this exporter; EBADF: the fd is not open",
-                )
-            })
+            sys::p2pbuf_revoke(self.dev.as_fd(), &mut a).map_err(fails(
+                self,
+                format!("P2PBUF_IOCTL_REVOKE(dma-buf fd {})", a.fd),
+                "EINVAL: not a dma-buf of this exporter; EBADF: the fd is not open",
+            ))
         }
     }
 }
@@ -436,14 +384,6 @@ pub fn alloc_with(length: u64, uninitialized: bool) -> Result<Allocation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn missing_device_is_unavailable() {
-        let e = Exporter::open_at("/nonexistent/p2pbuf").unwrap_err();
-        assert!(e.is_unavailable(), "{e:?}");
-        assert!(e.to_string().contains("does not exist"), "{e}");
-        assert!(e.check().unwrap().contains("insmod"), "{e}");
-    }
 
     #[test]
     fn wrong_device_is_refused() {

@@ -241,30 +241,27 @@ mod tests {
         assert_eq!(i.other.get("future_field").map(String::as_str), Some("x y"));
     }
 
+    /// The surface of the fdinfo text `t` (None: its name describes none).
+    fn surface_of(t: &str) -> Option<Result<crate::surface::Surface>> {
+        DmaBufInfo::parse(t, "t").unwrap().surface()
+    }
+
     #[test]
     fn surface_from_the_name() {
         let t = "size:\t8388608\nexp_name:\tp2pbuf\nname:\ts:1920x1080.XR24.7680.L\n";
-        let s = DmaBufInfo::parse(t, "t")
-            .unwrap()
-            .surface()
-            .unwrap()
-            .unwrap();
+        let s = surface_of(t).unwrap().unwrap();
         assert_eq!((s.width, s.height, s.size), (1920, 1080, 8294400));
         let t = "size:\t4096\nexp_name:\tudmabuf\nname:\tframe 0\n";
-        assert!(DmaBufInfo::parse(t, "t").unwrap().surface().is_none());
+        assert!(surface_of(t).is_none());
         let t = "size:\t4096\nexp_name:\tudmabuf\nname:\ts:1x1.XR24.2.L\n";
-        let e = DmaBufInfo::parse(t, "t")
-            .unwrap()
-            .surface()
-            .unwrap()
-            .unwrap_err();
+        let e = surface_of(t).unwrap().unwrap_err();
         assert!(
             e.to_string()
                 .contains("stride 2 is less than a row's 4 bytes"),
             "{e}"
         );
         let t = "size:\t4096\nexp_name:\tudmabuf\n";
-        assert!(DmaBufInfo::parse(t, "t").unwrap().surface().is_none());
+        assert!(surface_of(t).is_none());
     }
 
     #[test]
@@ -329,22 +326,27 @@ mod tests {
         }
     }
 
+    /// The line of `text` that parsing refuses.
+    fn bad_line(text: &str) -> usize {
+        match DmaBufInfo::parse(text, "f").unwrap_err() {
+            Error::Fdinfo { line, .. } => line,
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+
     #[test]
     fn flags_are_octal() {
-        let e = DmaBufInfo::parse("exp_name:\tx\nsize:\t1\nflags:\t089\n", "f").unwrap_err();
-        assert!(matches!(e, Error::Fdinfo { line: 3, .. }), "{e:?}");
+        assert_eq!(bad_line("exp_name:\tx\nsize:\t1\nflags:\t089\n"), 3);
     }
 
     #[test]
     fn line_without_colon_is_an_error() {
-        let e = DmaBufInfo::parse("exp_name:\tx\nsize:\t1\ngarbage\n", "f").unwrap_err();
-        assert!(matches!(e, Error::Fdinfo { line: 3, .. }), "{e:?}");
+        assert_eq!(bad_line("exp_name:\tx\nsize:\t1\ngarbage\n"), 3);
     }
 
     #[test]
     fn empty_exporter_is_an_error() {
-        let e = DmaBufInfo::parse("exp_name:\t\nsize:\t1\n", "f").unwrap_err();
-        assert!(matches!(e, Error::Fdinfo { line: 1, .. }), "{e:?}");
+        assert_eq!(bad_line("exp_name:\t\nsize:\t1\n"), 1);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::io::IoSlice;
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -393,17 +393,7 @@ impl Pidfd {
     }
 }
 
-impl AsFd for Pidfd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for Pidfd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
+owns_fd!(Pidfd, fd);
 
 fn pidfd_check(e: rustix::io::Errno) -> String {
     use rustix::io::Errno;
@@ -427,6 +417,7 @@ impl DmaBuf {
 mod tests {
     use super::*;
     use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
     fn memfd_with(text: &[u8]) -> std::fs::File {

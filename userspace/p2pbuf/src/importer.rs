@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::device::{Device, Opened};
+use crate::device::Device;
 use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result};
 
@@ -131,36 +131,15 @@ pub struct CopyDone {
     pub nr_transfers: u32,
 }
 
-/// An open `/dev/p2pbuf-dma`. Handles belong to it and are released when it is dropped.
-#[derive(Debug)]
-pub struct Engine {
-    dev: Opened,
-}
-
-const ENGINE: Device = Device {
-    name: "the DMA engine importer",
-    missing: "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)",
-    denied: "the device is root-only (mode 0600)",
-};
-
-impl Engine {
-    /// Open [`DEVICE`].
-    pub fn open() -> Result<Self> {
-        Self::open_at(DEVICE)
+crate::device::device_handle!(
+    /// An open `/dev/p2pbuf-dma`. Handles belong to it and are released when it is dropped.
+    Engine,
+    Device {
+        name: "the DMA engine importer",
+        missing: "load the importer module (insmod p2pbuf_importer.ko); it binds to the DMA engine (in the lab QEMU's edu device, PCI 1234:11e8)",
+        denied: "the device is root-only (mode 0600)",
     }
-
-    /// Open the device at `path`.
-    pub fn open_at(path: impl AsRef<Path>) -> Result<Self> {
-        Ok(Engine {
-            dev: ENGINE.open(path.as_ref())?,
-        })
-    }
-
-    /// The device path.
-    pub fn path(&self) -> &Path {
-        &self.dev.path
-    }
-}
+);
 
 #[cfg(p2pbuf_uapi)]
 mod imp {
@@ -169,24 +148,17 @@ mod imp {
     use rustix::io::Errno;
 
     use super::*;
+    use crate::device::struct_size;
     use crate::sys::{self, uapi};
 
-    fn size_of<T>() -> u32 {
-        std::mem::size_of::<T>() as u32
-    }
-
     fn err(eng: &Engine, what: String, e: Errno, check: &str) -> Error {
-        let check = if e == Errno::NOTTY {
-            format!(
-                "{} does not answer this uAPI: is it the p2pbuf importer, of the same version as this library?",
-                eng.path().display()
-            )
-        } else if e == Errno::NODEV {
-            "the engine's device was unbound, or the buffer was revoked by its exporter".into()
+        let check = if e == Errno::NODEV {
+            "the engine's device was unbound, or the buffer was revoked by its exporter"
         } else {
-            check.to_string()
+            check
         };
-        Error::os_check(what, e, check)
+        eng.dev
+            .ioctl_error("p2pbuf importer", what, e, check.into())
     }
 
     impl Engine {
@@ -194,7 +166,7 @@ mod imp {
         /// allowed) and map it.
         pub fn import(&self, buf: &DmaBuf) -> Result<Import> {
             let mut a = uapi::p2pbuf_dma_import {
-                size: size_of::<uapi::p2pbuf_dma_import>(),
+                size: struct_size::<uapi::p2pbuf_dma_import>(),
                 fd: buf.as_fd().as_raw_fd(),
                 ..Default::default()
             };
@@ -229,7 +201,7 @@ mod imp {
         /// `P2PBUF_DMA_IOCTL_RELEASE`.
         pub fn release(&self, handle: u32) -> Result<()> {
             let mut a = uapi::p2pbuf_dma_release {
-                size: size_of::<uapi::p2pbuf_dma_release>(),
+                size: struct_size::<uapi::p2pbuf_dma_release>(),
                 handle,
                 ..Default::default()
             };
@@ -246,7 +218,7 @@ mod imp {
         /// `P2PBUF_DMA_IOCTL_COPY`. A copy cut short by a signal returns the bytes copied.
         pub fn copy(&self, c: &Copy) -> Result<CopyDone> {
             let mut a = uapi::p2pbuf_dma_copy {
-                size: size_of::<uapi::p2pbuf_dma_copy>(),
+                size: struct_size::<uapi::p2pbuf_dma_copy>(),
                 src_handle: c.src,
                 dst_handle: c.dst,
                 src_offset: c.src_offset,
@@ -300,13 +272,6 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn missing_device_is_unavailable() {
-        let e = Engine::open_at("/nonexistent/p2pbuf-dma").unwrap_err();
-        assert!(e.is_unavailable(), "{e:?}");
-        assert!(e.check().unwrap().contains("p2pbuf_importer"), "{e}");
-    }
 
     #[test]
     fn map_types() {

@@ -32,10 +32,28 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// `AsFd` and `AsRawFd` of a type that owns an fd in its field `$field`.
+macro_rules! owns_fd {
+    ($t:ty, $field:ident) => {
+        impl std::os::fd::AsFd for $t {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                self.$field.as_fd()
+            }
+        }
+
+        impl std::os::fd::AsRawFd for $t {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.$field.as_raw_fd()
+            }
+        }
+    };
+}
+
 pub mod error;
 pub mod exporter;
 pub mod fdinfo;
 pub mod fdpass;
+pub mod heap;
 pub mod importer;
 pub mod memory;
 pub mod nvme;
@@ -52,6 +70,17 @@ mod sys;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+
+/// The text of a NUL-terminated C `char` array (a uAPI or verbs struct's name field), up to
+/// its first NUL (the whole array if it has none), invalid UTF-8 replaced.
+pub fn c_chars_lossy(chars: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .map(|c| *c as u8)
+        .take_while(|c| *c != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
 
 pub use dmabuf::DmaBuf;
 pub use error::{Error, Result};

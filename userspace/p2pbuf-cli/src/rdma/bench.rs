@@ -113,6 +113,26 @@ fn fault_in(b: &mut HostBuf) {
     }
 }
 
+/// Unrecorded registrations of each kind before the first sample (see `bench_reg`).
+const WARMUP_ROUNDS: u32 = 5;
+
+/// Below this size a registration sample is the median of [`SMALL_ROUNDS`] registrations.
+const SMALL_SIZE: usize = 1 << 20;
+
+/// Registrations per sample below [`SMALL_SIZE`].
+const SMALL_ROUNDS: usize = 15;
+
+/// The median of `v` (sorts it); `v` is not empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     let ctx = Context::open(None)?;
     let pd = Pd::new(&ctx)?;
@@ -122,7 +142,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     println!("BENCHMETRIC rdma_reg dereg_us unit=us better=lower");
     println!(
         "# rdma_reg on {}: time of the ibv_reg_dmabuf_mr / ibv_reg_mr call alone (CLOCK_MONOTONIC), access {access}; \
-         kind=dmabuf: a p2pbuf device-memory dma-buf of the size (allocated once per size, registered whole, {} times); \
+         kind=dmabuf: a p2pbuf device-memory dma-buf of the size (allocated once per size, registered whole, {} times; below 1 MiB each sample is the median of 15 registrations, after 5 unrecorded ones); \
          kind=host: anonymous memory, every page touched before the timing{}",
         ctx.name(),
         a.reps,
@@ -132,6 +152,50 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             ""
         }
     );
+    // WARMUP_ROUNDS unrecorded registrations of each kind first, at the first size when it is
+    // small (that is what they are for; a large first size, e.g. tests/vm/tests/large_rdma.sh's
+    // 5 or 64 GiB, would pay a second allocation), host memory only where --host-max allows: the first
+    // registrations pay for cold caches and first-use setup (the first dma-buf attachment of
+    // the rxe device to the provider's memory computes the p2pdma distance, once per client
+    // device; under QEMU TCG the first runs of a code path also pay its translation). The
+    // times of the first are printed (a diagnostic, not a sample).
+    if let Some(&size) = a.reg_sizes.first().filter(|&&s| s < SMALL_SIZE) {
+        if let Ok(d) = device_mem(size, a.uninitialized) {
+            for round in 0..WARMUP_ROUNDS {
+                let t = Instant::now();
+                let Ok(mr) = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access) else {
+                    break;
+                };
+                let reg = t.elapsed();
+                mr.dereg()?;
+                if round == 0 {
+                    println!(
+                        "# rdma_reg: first (cold, not recorded) dmabuf size={size} registration {:.1} us",
+                        us(reg)
+                    );
+                }
+            }
+        }
+        let host_ok = a.host_max.is_none_or(|m| size <= m);
+        if let Some(Ok(mut h)) = host_ok.then(|| host_mem(size)) {
+            fault_in(&mut h);
+            for round in 0..WARMUP_ROUNDS {
+                let t = Instant::now();
+                let mr = match pd.reg_mr(h, access) {
+                    Ok(mr) => mr,
+                    Err(_) => break,
+                };
+                let reg = t.elapsed();
+                h = mr.dereg()?;
+                if round == 0 {
+                    println!(
+                        "# rdma_reg: first (cold, not recorded) host size={size} registration {:.1} us",
+                        us(reg)
+                    );
+                }
+            }
+        }
+    }
     for &size in &a.reg_sizes {
         // The buffers of this size; allocation and faulting-in are not timed.
         let host_ok = a.host_max.is_none_or(|m| size <= m);
@@ -163,62 +227,90 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
         if let Some(h) = host.as_mut() {
             fault_in(h);
         }
+        // Below SMALL_SIZE a sample is the median of SMALL_ROUNDS back-to-back registrations
+        // (registration and deregistration each their own median): one takes tens of
+        // microseconds, less than one preemption by the host's other work under TCG.
+        let rounds = if size < SMALL_SIZE { SMALL_ROUNDS } else { 1 };
         for rep in 0..a.reps {
             progress(&format!("repetition {}/{}", rep + 1, a.reps));
-            if let Some(d) = &dmabuf {
-                let t = Instant::now();
-                let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
-                let reg = t.elapsed();
-                match r {
-                    Ok(mr) => {
+            // The two kinds alternate which goes first at each repetition.
+            for dmabuf_turn in [rep % 2 == 0, rep % 2 != 0] {
+                let (kind, mut reg, mut dereg) = (
+                    if dmabuf_turn { "dmabuf" } else { "host" },
+                    Vec::new(),
+                    Vec::new(),
+                );
+                for _ in 0..rounds {
+                    if dmabuf_turn {
+                        let Some(d) = &dmabuf else { break };
                         let t = Instant::now();
-                        mr.dereg()?;
-                        let dereg = t.elapsed();
-                        println!(
-                            "BENCH rdma_reg kind=dmabuf size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                            us(reg),
-                            us(dereg)
-                        );
+                        let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
+                        let took = t.elapsed();
+                        match r {
+                            Ok(mr) => {
+                                let t = Instant::now();
+                                mr.dereg()?;
+                                dereg.push(us(t.elapsed()));
+                                reg.push(us(took));
+                            }
+                            Err(e) => {
+                                println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}");
+                                break;
+                            }
+                        }
+                    } else {
+                        let Some(h) = host.take() else { break };
+                        let t = Instant::now();
+                        let r = pd.reg_mr(h, access);
+                        let took = t.elapsed();
+                        match r {
+                            Ok(mr) => {
+                                let t = Instant::now();
+                                host = Some(mr.dereg()?);
+                                dereg.push(us(t.elapsed()));
+                                reg.push(us(took));
+                            }
+                            Err(e) => {
+                                println!("# rdma_reg kind=host size={size} rep={rep}: {e}");
+                                break;
+                            }
+                        }
                     }
-                    Err(e) => println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}"),
                 }
-            }
-            if let Some(h) = host.take() {
-                let t = Instant::now();
-                let r = pd.reg_mr(h, access);
-                let reg = t.elapsed();
-                match r {
-                    Ok(mr) => {
-                        let t = Instant::now();
-                        let h = mr.dereg()?;
-                        let dereg = t.elapsed();
-                        println!(
-                            "BENCH rdma_reg kind=host size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                            us(reg),
-                            us(dereg)
-                        );
-                        host = Some(h);
-                    }
-                    Err(e) => println!("# rdma_reg kind=host size={size} rep={rep}: {e}"),
+                if reg.len() == rounds {
+                    println!(
+                        "BENCH rdma_reg kind={kind} size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                        median(&mut reg),
+                        median(&mut dereg)
+                    );
                 }
             }
             if a.cold && host_ok {
-                let h = host_mem(size)?;
-                let t = Instant::now();
-                let r = pd.reg_mr(h, access);
-                let reg = t.elapsed();
-                match r {
-                    Ok(mr) => {
-                        let t = Instant::now();
-                        drop(mr.dereg()?);
-                        let dereg = t.elapsed();
-                        println!(
-                            "BENCH rdma_reg kind=host_cold size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                            us(reg),
-                            us(dereg)
-                        );
+                let (mut reg, mut dereg) = (Vec::new(), Vec::new());
+                for _ in 0..rounds {
+                    let h = host_mem(size)?;
+                    let t = Instant::now();
+                    let r = pd.reg_mr(h, access);
+                    let took = t.elapsed();
+                    match r {
+                        Ok(mr) => {
+                            let t = Instant::now();
+                            drop(mr.dereg()?);
+                            dereg.push(us(t.elapsed()));
+                            reg.push(us(took));
+                        }
+                        Err(e) => {
+                            println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}");
+                            break;
+                        }
                     }
-                    Err(e) => println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}"),
+                }
+                if reg.len() == rounds {
+                    println!(
+                        "BENCH rdma_reg kind=host_cold size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+                        median(&mut reg),
+                        median(&mut dereg)
+                    );
                 }
             }
         }
@@ -344,39 +436,24 @@ fn point(
     hello: &session::Hello,
     a: &BenchArgs,
 ) -> p2pbuf::Result<(f64, f64)> {
+    // `count` writes of `size` bytes from the start of `local` to the server's buffer.
+    let writes = |count, depth, on_done: &mut dyn FnMut(u64)| {
+        let (addr, rkey) = (hello.addr, hello.rkey);
+        conn.rdma_many(Op::Write, local, 0, size, addr, rkey, count, depth, on_done)
+    };
     let lat_n = (2u64 << 20).checked_div(size).unwrap_or(1).clamp(2, 32);
     let mut times = Vec::with_capacity(lat_n as usize);
     let mut last = Instant::now();
-    conn.rdma_many(
-        Op::Write,
-        local,
-        0,
-        size,
-        hello.addr,
-        hello.rkey,
-        lat_n,
-        1,
-        &mut |_| {
-            let now = Instant::now();
-            times.push(us(now - last));
-            last = now;
-        },
-    )?;
+    writes(lat_n, 1, &mut |_| {
+        let now = Instant::now();
+        times.push(us(now - last));
+        last = now;
+    })?;
     times.sort_by(f64::total_cmp);
     let lat = times[times.len() / 2];
     let bw_n = (a.bw_bytes as u64 / size).clamp(2, 1024);
     let t = Instant::now();
-    conn.rdma_many(
-        Op::Write,
-        local,
-        0,
-        size,
-        hello.addr,
-        hello.rkey,
-        bw_n,
-        a.depth,
-        &mut |_| {},
-    )?;
+    writes(bw_n, a.depth, &mut |_| {})?;
     let mibps = (bw_n * size) as f64 / 1048576.0 / t.elapsed().as_secs_f64().max(1e-9);
     Ok((mibps, lat))
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use p2pbuf::{Error, Result};
 
 use super::*;
-use crate::ffi::{self, errno};
+use crate::ffi;
 use crate::verbs::{os_error, Completion, Cq, HostBuf, HostMr, MrInfo, Pd};
 
 /// One RC connection: the QP (on the id), its CQ, and a small registered buffer for messages.
@@ -19,7 +19,8 @@ pub struct Connection {
     // Dropped in this order: QP and id, then CQ, then the message buffer, then the PD.
     pub(super) id: Id,
     cq: Cq,
-    ctrl: HostMr,
+    /// Receive slots, then the send slot (a `RefCell`: `send` writes the send slot).
+    ctrl: RefCell<HostMr>,
     pd: Pd,
     peer: Option<SocketAddr>,
     pub(super) peer_data: Vec<u8>,
@@ -56,7 +57,7 @@ impl Connection {
         peer: Option<SocketAddr>,
     ) -> Result<Connection> {
         let ctx = pd.context().clone();
-        if id.verbs() != ctx.as_ptr() {
+        if id.verbs() != Some(ctx.id()) {
             return Err(Error::Protocol {
                 what: "setting up a connection".into(),
                 detail: format!(
@@ -66,31 +67,9 @@ impl Connection {
             });
         }
         let cq = Cq::new(&ctx, 64)?;
-        let mut attr = ffi::ibv_qp_init_attr {
-            send_cq: cq.as_ptr(),
-            recv_cq: cq.as_ptr(),
-            qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
-            sq_sig_all: 1,
-            ..Default::default()
-        };
-        attr.cap.max_send_wr = 16;
-        attr.cap.max_recv_wr = RECV_SLOTS as u32 + 1;
-        attr.cap.max_send_sge = 1;
-        attr.cap.max_recv_sge = 1;
-        // SAFETY: a live id, a PD on its device, an attr naming live CQs.
-        if unsafe {
-            ctx.libs()
-                .cm
-                .rdma_create_qp(id.ptr(), pd.as_ptr(), &mut attr)
-        } != 0
-        {
-            return Err(os_error(
-                format!("rdma_create_qp on {}", ctx.name()),
-                errno(),
-                None,
-            ));
-        }
-        id.has_qp = true;
+        id.raw
+            .create_qp(pd.handle(), cq.handle(), 16, RECV_SLOTS as u32 + 1)
+            .map_err(|e| os_error(format!("rdma_create_qp on {}", ctx.name()), e, None))?;
         let ctrl = pd.reg_mr(
             HostBuf::new(MAX_MESSAGE * (RECV_SLOTS + 1))?,
             crate::verbs::Access::LOCAL_WRITE,
@@ -98,7 +77,7 @@ impl Connection {
         let c = Connection {
             id,
             cq,
-            ctrl,
+            ctrl: RefCell::new(ctrl),
             pd,
             peer,
             peer_data,
@@ -127,70 +106,37 @@ impl Connection {
         self.peer
     }
 
-    fn qp(&self) -> *mut ffi::ibv_qp {
-        // SAFETY: a live id with a QP.
-        unsafe { (*self.id.ptr()).qp }
-    }
-
     fn post_recv(&self, slot: usize) -> Result<()> {
-        let info = self.ctrl.info();
-        let mut sge = ffi::ibv_sge {
+        let info = self.ctrl.borrow().info();
+        let sge = ffi::ibv_sge {
             addr: info.addr + (slot * MAX_MESSAGE) as u64,
             length: MAX_MESSAGE as u32,
             lkey: info.lkey,
         };
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id: RECV_WR_BASE + slot as u64,
-            next: std::ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: ibv_post_recv is a static inline calling the context's post_recv op; the
-        // SGE points into the registered message buffer, which outlives the QP.
-        let r = unsafe {
-            let qp = self.qp();
-            let f = (*(*qp).context)
-                .ops
-                .post_recv
-                .expect("provider without post_recv");
-            f(qp, &mut wr, &mut bad)
-        };
-        if r != 0 {
-            return Err(os_error("ibv_post_recv", r, None));
-        }
-        Ok(())
+        self.id
+            .raw
+            .post_recv(RECV_WR_BASE + slot as u64, sge)
+            .map_err(|r| os_error("ibv_post_recv", r, None))
     }
 
-    fn post_send(&self, wr: &mut ffi::ibv_send_wr) -> Result<u64> {
+    /// Post one signaled work request of `opcode` from or into `sge` (against the peer's
+    /// `remote` address and rkey for RDMA operations); its work request id.
+    fn post_send(&self, opcode: u32, sge: ffi::ibv_sge, remote: Option<(u64, u32)>) -> Result<u64> {
         let id = self.next_wr.get();
         self.next_wr.set(id + 1);
-        wr.wr_id = id;
-        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED;
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: ibv_post_send is a static inline calling the context's post_send op; the
-        // caller's SGE names a registered region that lives until the completion.
-        let r = unsafe {
-            let qp = self.qp();
-            let f = (*(*qp).context)
-                .ops
-                .post_send
-                .expect("provider without post_send");
-            f(qp, wr, &mut bad)
-        };
-        if r != 0 {
-            return Err(os_error(
+        self.id.raw.post_send(id, opcode, sge, remote).map_err(|r| {
+            os_error(
                 "ibv_post_send",
                 r,
                 Some("the QP is in the error state after an earlier failure, or the send queue is full".into()),
-            ));
-        }
+            )
+        })?;
         Ok(id)
     }
 
     /// Whether the peer has gone (a DISCONNECTED event for this id).
     fn peer_gone(&self) -> Result<bool> {
-        let idp = self.id.ptr();
+        let idp = self.id.raw.id_ref();
         let ch = &self.id.ch;
         if ch
             .stash
@@ -281,22 +227,16 @@ impl Connection {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<u64> {
-        let mut sge = ffi::ibv_sge {
+        let sge = ffi::ibv_sge {
             addr: local.addr + local_off,
             length: len as u32,
             lkey: local.lkey,
         };
-        let mut wr = ffi::ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: match op {
-                Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-                Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
-            },
-            ..Default::default()
+        let opcode = match op {
+            Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
         };
-        wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-        self.post_send(&mut wr)
+        self.post_send(opcode, sge, Some((remote_addr, rkey)))
     }
 
     /// RDMA WRITE (`Op::Write`: local to remote) or READ (remote to local) of `len` bytes:
@@ -415,28 +355,14 @@ impl Connection {
         }
         // The send slot is after the receive slots; only one send is in flight at a time.
         let off = RECV_SLOTS * MAX_MESSAGE;
-        // SAFETY: our own registered buffer, through its raw pointer; no receive uses the
-        // send slot and no send is in flight (each waits for its completion).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                msg.as_ptr(),
-                self.ctrl.buf().as_ptr().add(off),
-                msg.len(),
-            )
-        };
-        let info = self.ctrl.info();
-        let mut sge = ffi::ibv_sge {
+        self.ctrl.borrow_mut().buf_mut().as_mut_slice()[off..off + msg.len()].copy_from_slice(msg);
+        let info = self.ctrl.borrow().info();
+        let sge = ffi::ibv_sge {
             addr: info.addr + off as u64,
             length: msg.len() as u32,
             lkey: info.lkey,
         };
-        let mut wr = ffi::ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: ffi::ibv_wr_opcode::IBV_WR_SEND,
-            ..Default::default()
-        };
-        let id = self.post_send(&mut wr)?;
+        let id = self.post_send(ffi::ibv_wr_opcode::IBV_WR_SEND, sge, None)?;
         let c = self.wait("SEND", Duration::from_secs(60), |c| c.wr_id == id)?;
         self.check("SEND of a message".into(), c)?;
         Ok(())
@@ -450,8 +376,9 @@ impl Connection {
         let c = self.check("receiving a message".into(), c)?;
         let slot = (c.wr_id - RECV_WR_BASE) as usize;
         let off = slot * MAX_MESSAGE;
-        let msg =
-            self.ctrl.buf().as_slice()[off..off + (c.byte_len as usize).min(MAX_MESSAGE)].to_vec();
+        let msg = self.ctrl.borrow().buf().as_slice()
+            [off..off + (c.byte_len as usize).min(MAX_MESSAGE)]
+            .to_vec();
         self.post_recv(slot)?;
         Ok(msg)
     }
@@ -462,11 +389,11 @@ impl Connection {
             return Ok(());
         }
         self.connected = false;
-        // SAFETY: a connected id.
-        if unsafe { self.id.ch.libs.cm.rdma_disconnect(self.id.ptr()) } != 0 {
-            return Err(os_error("rdma_disconnect", errno(), None));
-        }
-        let idp = self.id.ptr();
+        self.id
+            .raw
+            .disconnect()
+            .map_err(|e| os_error("rdma_disconnect", e, None))?;
+        let idp = self.id.raw.id_ref();
         let _ = self
             .id
             .ch
