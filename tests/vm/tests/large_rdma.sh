@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # The large-bar boot (64 GiB of emulated GPU memory): ibv_reg_dmabuf_mr on soft-RoCE (rxe0)
-# of device-memory buffers larger than 4 GiB, whose tables have several entries (5 GiB: 2,
-# 64 GiB: 17; tests/selftests/large_bar.c checks the tables): each registration must succeed,
+# of device-memory buffers larger than 4 GiB (rxe attaches for CPU access and vmaps the whole
+# buffer; for DMA importers their tables have several entries, 5 GiB: 2, 64 GiB: 17, which
+# tests/selftests/large_bar.c checks): each registration must succeed,
 # and its time is printed (`p2pbuf rdma bench --what reg`, buffers allocated without zeroing:
 # P2PBUF_ALLOC_UNINITIALIZED; no host memory: the guest has 3.3 GiB).
 . /p2pbuf/lib.sh

@@ -2,11 +2,16 @@
 //! that an RDMA device attaches dma-bufs with and the memory's PCI device, from sysfs, and
 //! the p2pbuf exporter's own record of the refusal (`P2PBUF_IOCTL_REFUSAL` on the buffer).
 //!
-//! rxe attaches a dma-buf with the closest PCI ancestor of its net device, so the exporter
-//! decides as it would for a hardware NIC in that slot. When the two devices share no PCIe
-//! switch, the only path is through the host bridge, which the kernel's p2pdma allows for
-//! AMD Zen CPUs and for whitelisted host bridges only (`drivers/pci/p2pdma.c`); elsewhere the
-//! map type is `NOT_SUPPORTED` and the exporter answers `EOPNOTSUPP`.
+//! A hardware RDMA device attaches a dma-buf with its own PCI function. When that function
+//! and the memory's device share no PCIe switch, the only path is through the host bridge,
+//! which the kernel's p2pdma allows for AMD Zen CPUs and for whitelisted host bridges only
+//! (`drivers/pci/p2pdma.c`); elsewhere the map type is `NOT_SUPPORTED` and the exporter
+//! answers `EOPNOTSUPP`.
+//!
+//! A software RDMA device (rxe) does no DMA: it attaches dma-bufs for CPU access
+//! (`dma_buf_cpu_attach()`), where no PCI path matters; `EOPNOTSUPP` then means that the
+//! buffer's exporter offers no CPU access (no `vmap`, or not `dma_buf_ops.cpu_attach`), or a
+//! kernel whose rxe has no dma-buf MRs.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -88,8 +93,19 @@ pub fn pci_path(addr: &str) -> Option<PciPath> {
     PciPath::from_sysfs(&p.to_string_lossy())
 }
 
-/// The net device an RDMA device runs on, and the PCI device it attaches dma-bufs with.
+/// Whether an RDMA device is a software device (rxe, siw): it has no device of its own
+/// (no `device` link in sysfs), runs on a net device, and moves data with the CPU.
+pub fn is_software_rdma_device(ibdev: &str) -> bool {
+    let ib = PathBuf::from("/sys/class/infiniband").join(ibdev);
+    ib.exists() && !ib.join("device").exists()
+}
+
+/// The net device an RDMA device runs on, and the PCI device it attaches dma-bufs with;
+/// `None` for a software RDMA device, which attaches for CPU access, without a device.
 pub fn rdma_device_pci(ibdev: &str) -> Option<(String, PciPath)> {
+    if is_software_rdma_device(ibdev) {
+        return None;
+    }
     let ib = PathBuf::from("/sys/class/infiniband").join(ibdev);
     let netdev = fs::read_to_string(ib.join("parent"))
         .or_else(|_| fs::read_to_string(ib.join("ports/1/gid_attrs/ndevs/0")))
@@ -99,7 +115,7 @@ pub fn rdma_device_pci(ibdev: &str) -> Option<(String, PciPath)> {
     // A hardware RDMA device is a PCI function itself.
     let from_ib = fs::canonicalize(ib.join("device")).ok();
     let from_net = fs::canonicalize(Path::new("/sys/class/net").join(&netdev).join("device")).ok();
-    let p = from_net.or(from_ib)?;
+    let p = from_ib.or(from_net)?;
     Some((netdev, PciPath::from_sysfs(&p.to_string_lossy())?))
 }
 
@@ -254,11 +270,26 @@ pub fn explain_refusal(ibdev: &str, buf: &DmaBuf) -> Option<(String, bool)> {
     Some((parts.join("; "), refusal.is_some()))
 }
 
-/// EOPNOTSUPP from `ibv_reg_dmabuf_mr` of p2pbuf device memory on a kernel whose rxe has
-/// dma-buf MRs is the exporter refusing the NIC (no peer-to-peer path): say so, with the PCI
-/// path and the exporter's reason, instead of "no dma-buf MR support".
+/// EOPNOTSUPP from `ibv_reg_dmabuf_mr`: on a software RDMA device, the exporter offers no
+/// CPU access (or the kernel has no dma-buf MRs for it); on a NIC, for p2pbuf device memory,
+/// the exporter refusing the NIC (no peer-to-peer path): say so, with the PCI path and the
+/// exporter's reason, instead of "no dma-buf MR support".
 pub fn explain_dmabuf_refusal(e: Error, pd: &Pd, buf: &DmaBuf) -> Error {
+    let ibdev = pd.context().name();
     match e {
+        Error::Os {
+            what,
+            errno: EOPNOTSUPP,
+            check,
+        } if is_software_rdma_device(ibdev) => Error::Os {
+            what,
+            errno: EOPNOTSUPP,
+            check: Some(format!(
+                "{ibdev} is a software RDMA device: it copies with the CPU and attaches dma-bufs for CPU access (dma_buf_cpu_attach()), which the {} exporter does not offer (it needs a vmap and dma_buf_ops.cpu_attach; udmabuf and p2pbuf have both){}",
+                buf.exporter(),
+                check.map(|c| format!("; or else {c}")).unwrap_or_default()
+            )),
+        },
         Error::Os {
             what,
             errno: EOPNOTSUPP,

@@ -53,6 +53,7 @@ pub mod error;
 pub mod exporter;
 pub mod fdinfo;
 pub mod fdpass;
+pub mod heap;
 pub mod importer;
 pub mod memory;
 pub mod nvme;

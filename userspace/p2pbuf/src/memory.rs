@@ -31,6 +31,9 @@ pub enum Source {
     P2pbuf,
     /// System memory as a dma-buf: memfd pages through `/dev/udmabuf`.
     Udmabuf,
+    /// System memory from the system dma-buf heap, `/dev/dma_heap/system`: an exporter that
+    /// offers no CPU access attachments, which software RDMA devices (rxe) refuse.
+    Heap,
     /// Plain anonymous memory of this process (no dma-buf): the baseline.
     Host,
     /// CUDA device memory exported as a dma-buf (needs the `cuda` feature and a GPU).
@@ -46,7 +49,7 @@ impl Source {
     /// [`Source::DEFAULT`] as the command line spells it.
     pub const DEFAULT_NAME: &'static str = "p2pbuf";
     /// The spellings [`FromStr`] takes, for help texts.
-    pub const SPELLINGS: &'static str = "p2pbuf, udmabuf, host, cuda, fd-from:SOCKET";
+    pub const SPELLINGS: &'static str = "p2pbuf, udmabuf, heap, host, cuda, fd-from:SOCKET";
 
     /// Whether [`alloc`] allocates the memory, so that it needs a length (all but
     /// [`Source::FdFrom`]).
@@ -65,6 +68,7 @@ impl fmt::Display for Source {
         match self {
             Source::P2pbuf => f.write_str("p2pbuf"),
             Source::Udmabuf => f.write_str("udmabuf"),
+            Source::Heap => f.write_str("heap"),
             Source::Host => f.write_str("host"),
             Source::Cuda => f.write_str("cuda"),
             Source::FdFrom(p) => write!(f, "fd-from:{}", p.display()),
@@ -81,7 +85,7 @@ impl Serialize for Source {
 impl FromStr for Source {
     type Err = Error;
 
-    /// `p2pbuf`, `udmabuf`, `host`, `cuda`, `fd-from:SOCKET`.
+    /// `p2pbuf`, `udmabuf`, `heap`, `host`, `cuda`, `fd-from:SOCKET`.
     fn from_str(s: &str) -> Result<Source> {
         let (kind, path) = match s.split_once(':') {
             Some((k, p)) => (k, Some(p)),
@@ -99,6 +103,7 @@ impl FromStr for Source {
         match kind {
             "p2pbuf" => simple(Source::P2pbuf),
             "udmabuf" => simple(Source::Udmabuf),
+            "heap" => simple(Source::Heap),
             "host" => simple(Source::Host),
             "cuda" => simple(Source::Cuda),
             "fd-from" => match path {
@@ -205,7 +210,7 @@ impl HostBuf {
 pub enum Buffer {
     /// [`Source::Host`].
     Host(HostBuf),
-    /// [`Source::P2pbuf`], [`Source::Udmabuf`], [`Source::FdFrom`].
+    /// [`Source::P2pbuf`], [`Source::Udmabuf`], [`Source::Heap`], [`Source::FdFrom`].
     DmaBuf {
         /// The dma-buf.
         buf: DmaBuf,
@@ -384,6 +389,10 @@ pub fn alloc_with(source: &Source, len: u64, o: &Options) -> Result<Buffer> {
             buf: crate::udmabuf::alloc(len)?,
             placement: None,
         },
+        Source::Heap => Buffer::DmaBuf {
+            buf: crate::heap::alloc(len)?,
+            placement: None,
+        },
         Source::Host => {
             Buffer::Host(HostBuf::new(usize::try_from(len).map_err(|_| {
                 Error::protocol("allocating host memory", format!("{len} bytes"))
@@ -420,7 +429,14 @@ mod tests {
 
     #[test]
     fn sources_parse_and_print_back() {
-        for s in ["p2pbuf", "udmabuf", "host", "cuda", "fd-from:/tmp/s"] {
+        for s in [
+            "p2pbuf",
+            "udmabuf",
+            "heap",
+            "host",
+            "cuda",
+            "fd-from:/tmp/s",
+        ] {
             assert_eq!(s.parse::<Source>().unwrap().to_string(), s);
         }
         assert_eq!(

@@ -13,14 +13,14 @@ use p2pbuf_rdma::{Access, MrInfo, Pd};
 
 #[derive(Args, Debug)]
 pub struct BufArgs {
-    /// The memory: p2pbuf (device memory from /dev/p2pbuf), udmabuf, host (ibv_reg_mr),
-    /// cuda, `fd-from SOCKET` (receive a dma-buf from `p2pbuf alloc --send` or `p2pbuf
+    /// The memory: p2pbuf (device memory from /dev/p2pbuf), udmabuf, heap (the system
+    /// dma-buf heap), host (ibv_reg_mr), cuda, `fd-from SOCKET` (receive a dma-buf from `p2pbuf alloc --send` or `p2pbuf
     /// send`), and for `reg` only `file PATH` (any fd, to see it refused). Dma-bufs are
     /// registered with ibv_reg_dmabuf_mr. Every command defaults to p2pbuf.
     #[arg(long, num_args = 1..=2, value_names = ["KIND", "PATH"],
           default_values = [Source::DEFAULT_NAME])]
     pub buf: Vec<String>,
-    /// Bytes to allocate (p2pbuf, udmabuf, host, cuda); fd-from takes the sender's size.
+    /// Bytes to allocate (p2pbuf, udmabuf, heap, host, cuda); fd-from takes the sender's size.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<usize>,
     /// Dma-bufs: where the MR starts in the buffer.
@@ -286,6 +286,7 @@ mod tests {
             spec(&["udmabuf"]).unwrap(),
             BufSpec::Memory(Source::Udmabuf)
         );
+        assert_eq!(spec(&["heap"]).unwrap(), BufSpec::Memory(Source::Heap));
         assert_eq!(spec(&["p2pbuf"]).unwrap(), BufSpec::Memory(Source::P2pbuf));
         assert_eq!(
             spec(&["fd-from", "/tmp/s"]).unwrap(),
