@@ -7,7 +7,7 @@ use kernel::{
     device,
     dma::DataDirection,
     dma_buf::{
-        export::{Exporter, ExportedSgt, PhysRange},
+        export::{ExportedSgt, Exporter, PhysRange},
         Attachment, IoSysMap, ResvHeld,
     },
     mm::virt::{flags as vm_flags, VmFault, VmaNew},
@@ -120,7 +120,11 @@ pub(crate) struct Buffer {
 
 impl Buffer {
     /// Creates the exporter data for `mem`, `id` being its number for debugfs.
-    pub(crate) fn new(provider: Arc<Provider>, id: u64, mem: P2pPages) -> impl PinInit<Self, Error> {
+    pub(crate) fn new(
+        provider: Arc<Provider>,
+        id: u64,
+        mem: P2pPages,
+    ) -> impl PinInit<Self, Error> {
         let size = mem.size();
         let offset = provider.bar_offset(mem.phys_addr());
         try_pin_init!(Self {
@@ -253,7 +257,11 @@ impl Exporter for Buffer {
             return Err(EINVAL);
         }
         let pages = (vma.end() - vma.start()) / PAGE_SIZE;
-        if vma.pgoff().checked_add(pages).is_none_or(|end| end * PAGE_SIZE > this.size) {
+        if vma
+            .pgoff()
+            .checked_add(pages)
+            .is_none_or(|end| end * PAGE_SIZE > this.size)
+        {
             return Err(EINVAL);
         }
         if !this.holds_memory() {
@@ -267,7 +275,11 @@ impl Exporter for Buffer {
     /// not revoked, under the lock that revoke zaps with.
     fn fault(this: &Self, vmf: &VmFault) -> Result {
         let mem = this.mem.lock();
-        let page = mem.as_ref().ok_or(ENODEV)?.page(vmf.pgoff()).ok_or(EINVAL)?;
+        let page = mem
+            .as_ref()
+            .ok_or(ENODEV)?
+            .page(vmf.pgoff())
+            .ok_or(EINVAL)?;
         let vma = vmf.vma().as_mixedmap_vma().ok_or(EINVAL)?;
         vma.vm_insert_page(vmf.address(), &page)
     }

@@ -28,7 +28,12 @@ fn providers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             if s.gone { ", gone" } else { "" }
         )?;
         for (dev, why) in s.refusals.iter() {
-            writeln!(f, "  refused {}: {}", dev.to_str().unwrap_or("?"), why.to_str().unwrap_or("?"))?;
+            writeln!(
+                f,
+                "  refused {}: {}",
+                dev.to_str().unwrap_or("?"),
+                why.to_str().unwrap_or("?")
+            )?;
         }
     }
     Ok(())
@@ -70,7 +75,11 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                         m.entries,
                         m.bytes,
                         m.largest,
-                        if m.contiguous { "contiguous" } else { "not contiguous" }
+                        if m.contiguous {
+                            "contiguous"
+                        } else {
+                            "not contiguous"
+                        }
                     )?,
                     None => writeln!(f)?,
                 }
@@ -83,8 +92,13 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 impl Files {
     pub(crate) fn new() -> Self {
         let dir = debugfs::Dir::new(c"p2pbuf");
-        let providers = KBox::pin_init(dir.read_callback_file(c"providers", (), &providers), GFP_KERNEL).ok();
-        let buffers = KBox::pin_init(dir.read_callback_file(c"buffers", (), &buffers), GFP_KERNEL).ok();
+        let providers = KBox::pin_init(
+            dir.read_callback_file(c"providers", (), &providers),
+            GFP_KERNEL,
+        )
+        .ok();
+        let buffers =
+            KBox::pin_init(dir.read_callback_file(c"buffers", (), &buffers), GFP_KERNEL).ok();
         Self {
             _dir: dir,
             _providers: providers,

@@ -74,7 +74,12 @@ impl Provider {
     /// Records that `dev` was refused, for debugfs, and says so in the debug log.
     pub(crate) fn refuse(&self, dev: &device::Device, why: &'static CStr) {
         let dev_name = dev.name().to_str().unwrap_or("?");
-        dev_dbg!(&*self.pdev, "refusing {}: {}\n", dev_name, why.to_str().unwrap_or("?"));
+        dev_dbg!(
+            &*self.pdev,
+            "refusing {}: {}\n",
+            dev_name,
+            why.to_str().unwrap_or("?")
+        );
         let Ok(name) = CString::try_from_fmt(fmt!("{}", dev_name)) else {
             return;
         };
@@ -107,7 +112,11 @@ impl Provider {
         out.bar = self.bar;
         out.bar_size = self.bar_size;
         out.total = self.bar_size;
-        out.free = if state.gone { 0 } else { self.bar_size - Self::used(&state) };
+        out.free = if state.gone {
+            0
+        } else {
+            self.bar_size - Self::used(&state)
+        };
         out.state = if state.gone {
             uapi::PROVIDER_GONE
         } else {

@@ -41,11 +41,7 @@ const EDU_ID: pci::DeviceId = unsafe {
     })
 };
 
-kernel::pci_device_table!(
-    PCI_TABLE,
-    <Driver as pci::Driver>::IdInfo,
-    [(EDU_ID, ())]
-);
+kernel::pci_device_table!(PCI_TABLE, <Driver as pci::Driver>::IdInfo, [(EDU_ID, ())]);
 
 /// The PCI driver.
 pub(crate) struct Driver;

@@ -160,7 +160,9 @@ fn classify(sgt: &SGTable, dev: &device::Device) -> u32 {
 /// translated it.
 fn dma_to_phys(dev: &device::Device, addr: u64) -> (u64, bool) {
     // `device::Device` is `repr(transparent)` over `struct device`.
-    let raw = core::ptr::from_ref(dev).cast::<bindings::device>().cast_mut();
+    let raw = core::ptr::from_ref(dev)
+        .cast::<bindings::device>()
+        .cast_mut();
     // SAFETY: `raw` is a valid device; the IOMMU core returns NULL for a device without an
     // IOMMU domain.
     let domain = unsafe { bindings::iommu_get_domain_for_dev(raw) };

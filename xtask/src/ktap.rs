@@ -373,6 +373,17 @@ fn slub_heading(line: &str) -> bool {
         })
 }
 
+/// 7.3 deprecates `system_wq` and `system_unbound_wq` and says so once per boot, naming the
+/// first work function queued on one (kernel/workqueue.c, `__queue_work()`): "workqueue: work
+/// func %ps enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead." A problem
+/// when that function is ours (the dma-buf abstractions, their KUnit suite or our modules);
+/// another driver being first is upstream's business, and the message comes only once, so it
+/// cannot hide ours behind theirs reliably either way: the KUnit suite runs at boot, first.
+fn deprecated_workqueue_ours(line: &str) -> bool {
+    line.contains("enqueued on deprecated workqueue")
+        && ["dma_buf", "p2pbuf"].iter().any(|o| line.contains(o))
+}
+
 /// The entry of [`PATTERNS`] that names the problem on a line without its timestamp.
 fn first_pattern(line: &str) -> Option<&'static (&'static str, &'static str)> {
     PATTERNS.iter().find(|(_, p)| line.contains(p))
@@ -400,6 +411,9 @@ pub fn scan_console(raw: &str) -> Option<Problem> {
     if slub_heading(line) {
         return problem("SLUB_DEBUG");
     }
+    if deprecated_workqueue_ours(line) {
+        return problem("deprecated workqueue");
+    }
     // kmemleak prints "kmemleak: N new suspected memory leaks": the interesting one.
     first_pattern(line).and_then(|(k, _)| problem(k))
 }
@@ -414,6 +428,18 @@ mod tests {
             p.feed(l);
         }
         p
+    }
+
+    #[test]
+    fn our_work_on_a_deprecated_workqueue() {
+        // The 2026-11-25 CI run (9dff212): the KUnit race tests queued on system_unbound_wq.
+        let ours = "[   14.735106] workqueue: work func _RNvXsb_NtCs1EKtwoKEMO2_6kernel9workqueueINtNtCs1peUGmbrgHn_4core3pin3PinINtNtNtB7_5alloc4kbox3BoxINtB5_11ClosureWorkNCNvNtNtNtB7_7dma_buf5tests5kunit23revoke_races_last_close0ENtNtB1d_9allocator7KmallocEEINtB5_15WorkItemPointerKy0_E3runB7_ enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead.";
+        assert_eq!(
+            scan_console(ours).map(|p| p.kind),
+            Some("deprecated workqueue")
+        );
+        let theirs = "[    3.1] workqueue: work func e1000_watchdog enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead.";
+        assert!(scan_console(theirs).is_none());
     }
 
     #[test]

@@ -45,3 +45,41 @@ pub fn modules(ctx: &Ctx, clippy: bool) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// The modules' Rust is formatted as the kernel's own is (`make rustfmtcheck`: the tree's
+    /// `.rustfmt.toml` says edition 2021 and Unix newlines, nothing else). rustfmt follows the
+    /// `mod` items (and `#[path]`) from each module's crate root.
+    #[test]
+    fn module_sources_are_formatted_as_the_kernel_formats() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask lives in the repository root");
+        let out = Command::new("rustfmt")
+            .current_dir(root)
+            .args([
+                "--check",
+                "--edition",
+                "2021",
+                "--config",
+                "newline_style=Unix",
+            ])
+            .args([
+                "exporter-kmod/p2pbuf_exporter.rs",
+                "importer/p2pbuf_importer.rs",
+            ])
+            .output()
+            .expect("rustfmt (rustup component add rustfmt)");
+        assert!(
+            out.status.success(),
+            "run `rustfmt --edition 2021 exporter-kmod/p2pbuf_exporter.rs \
+             importer/p2pbuf_importer.rs`:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

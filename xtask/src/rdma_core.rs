@@ -313,3 +313,29 @@ pub fn pyverbs(ctx: &Ctx) -> Result<()> {
 
 /// Where rdma-core installs its Python test suite (`rdma_python_test` in its cmake files).
 pub const PYVERBS_TESTS: &str = "usr/share/doc/rdma-core/tests";
+
+#[cfg(test)]
+mod patch_file_tests {
+    use std::fs;
+    use std::path::Path;
+
+    /// As for the kernel series (series.rs): the rdma-core patches store no sign-off and no
+    /// made-up identity; whoever sends one as a pull request signs it off.
+    #[test]
+    fn rdma_core_patches_carry_no_made_up_identity_or_sign_off() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../linux/rdma-core");
+        let mut n = 0;
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "patch") {
+                continue;
+            }
+            n += 1;
+            let t = fs::read_to_string(&p).unwrap();
+            let msg = t.split("\n---\n").next().unwrap();
+            assert!(!msg.contains("Signed-off-by:"), "{}", p.display());
+            assert!(!t.contains("p2pbuf.invalid"), "{}", p.display());
+        }
+        assert!(n > 0, "no patches in {}", dir.display());
+    }
+}
