@@ -53,24 +53,10 @@ TEST(importer_uapi)
 /* Modules this test loaded, to unload when it ends. */
 static int loaded_importer, loaded_exporter;
 
-static int load_module(const char *name)
-{
-	char path[256], cmd[512];
-
-	snprintf(path, sizeof(path), "/sys/module/%s", name);
-	if (access(path, F_OK) == 0)
-		return 0;
-	snprintf(path, sizeof(path), "/lib/modules/p2pbuf/%s.ko", name);
-	if (access(path, F_OK))
-		return 0;
-	snprintf(cmd, sizeof(cmd), "insmod %s", path);
-	return system(cmd) == 0;
-}
-
 __attribute__((constructor)) static void load_modules(void)
 {
-	loaded_exporter = load_module("p2pbuf_exporter");
-	loaded_importer = load_module("p2pbuf_importer");
+	loaded_exporter = p2pbuf_load_module("p2pbuf_exporter");
+	loaded_importer = p2pbuf_load_module("p2pbuf_importer");
 }
 
 __attribute__((destructor)) static void unload_modules(void)

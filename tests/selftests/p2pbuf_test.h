@@ -235,6 +235,24 @@ static inline unsigned long cmdline_ul(const char *key, unsigned long def)
 	return v;
 }
 
+/*
+ * insmod /lib/modules/p2pbuf/NAME.ko unless module NAME is loaded: 1 if this loaded it (the
+ * caller unloads it when done), 0 if it was loaded already or has no .ko, or insmod failed.
+ */
+static inline int p2pbuf_load_module(const char *name)
+{
+	char path[256], cmd[512];
+
+	snprintf(path, sizeof(path), "/sys/module/%s", name);
+	if (access(path, F_OK) == 0)
+		return 0;
+	snprintf(path, sizeof(path), "/lib/modules/p2pbuf/%s.ko", name);
+	if (access(path, F_OK))
+		return 0;
+	snprintf(cmd, sizeof(cmd), "insmod %s", path);
+	return system(cmd) == 0;
+}
+
 /* Write val to the sysfs file path: 0, or -errno. */
 static inline int sysfs_write(const char *path, const char *val)
 {

@@ -37,9 +37,10 @@ pub const TOPO_PREFIX: &str = "topo_";
 /// Tests of the main suite that also run, with other expectations, on the topology boots.
 const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cli_3_fpga"];
 
-/// Tests (name prefixes) that only the engine boot runs: the importer suite and the large
-/// engine copies (tests/selftests/engine_large.c, up to 64 MiB = 32,788 transfers).
-const ENGINE_TESTS: &[&str] = &["engine_", "importer"];
+/// Tests (name prefixes) that only the engine boot runs: the importer suite, the large
+/// engine copies (tests/selftests/engine_large.c, up to 64 MiB = 32,788 transfers) and the
+/// in-tree exporter sample, whose data goes through the engine (sample_exporter.c).
+const ENGINE_TESTS: &[&str] = &["engine_", "importer", "sample_"];
 
 /// Tests (name prefixes) that only the large-bar boot runs: buffers larger than 4 GiB
 /// (tests/selftests/large_bar.c).
@@ -271,7 +272,7 @@ mod tests {
         let all = all();
         let main = &all[0];
         let engine = all.iter().find(|b| b.name == "engine-icount").unwrap();
-        for t in ["engine_large", "importer"] {
+        for t in ["engine_large", "importer", "sample_exporter"] {
             assert!(!main.selects(t, None), "{t}");
             assert!(engine.selects(t, None), "{t}");
         }
@@ -283,7 +284,7 @@ mod tests {
         assert!(!cfg.append.iter().any(|a| a.contains("hung_task")));
         assert!(cfg
             .append
-            .contains(&"p2pbuf.skip=topo_,engine_,importer,large_,pyverbs_".to_string()));
+            .contains(&"p2pbuf.skip=topo_,engine_,importer,sample_,large_,pyverbs_".to_string()));
         let mut cfg = VmConfig::default();
         engine.apply(&mut cfg);
         assert!(cfg.icount);

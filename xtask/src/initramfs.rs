@@ -476,7 +476,7 @@ pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     }
     for ko in module_files(ctx) {
         if !ko.exists() {
-            bail!("{} is not built: run `cargo xtask modules`", ko.display());
+            bail!("{} is not built: run `cargo xtask modules` (an in-tree module: `cargo xtask kernel`)", ko.display());
         }
         copy_into(
             &root,

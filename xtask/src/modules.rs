@@ -17,11 +17,17 @@ pub fn module_out(ctx: &Ctx, dir: &str) -> PathBuf {
     ctx.flavour_build().join(dir)
 }
 
-/// Paths of the built `.ko` files.
+/// Modules of the kernel tree that the lab loads itself (built by the kernel's `make modules`,
+/// `=m` in `linux/p2pbuf.config`), relative to the kernel build directory: the in-tree user of
+/// the Rust dma-buf exporter, which its test binds in place of `p2pbuf_exporter`.
+pub const IN_TREE_MODULES: &[&str] = &["samples/rust/rust_dma_buf_exporter.ko"];
+
+/// Paths of the built `.ko` files: the project's modules, then the kernel tree's.
 pub fn module_files(ctx: &Ctx) -> Vec<PathBuf> {
     MODULES
         .iter()
         .map(|(d, m)| module_out(ctx, d).join(format!("{m}.ko")))
+        .chain(IN_TREE_MODULES.iter().map(|k| ctx.kbuild().join(k)))
         .collect()
 }
 

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The in-tree user of the Rust dma-buf exporter: samples/rust/rust_dma_buf_exporter.rs (series
+ * 4, last patch), bound to the lab's ivshmem device in place of p2pbuf_exporter. Its one ioctl
+ * and every errno it documents, data through the edu DMA engine (p2pbuf_importer) into and out
+ * of its device memory, exhaustion and release, and the revoke on unbind, with importers
+ * attached and with exports racing the unbind. The device goes back to p2pbuf_exporter after
+ * every test.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include <linux/types.h>
+
+#include "kselftest_harness.h"
+#include "p2pbuf_test.h"
+
+#define SAMPLE "rust_dma_buf_exporter"
+#define SAMPLE_DRV "/sys/bus/pci/drivers/" SAMPLE
+#define SAMPLE_DEV "/dev/rust-dma-buf-exporter"
+#define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
+#define DMA_DEV "/dev/p2pbuf-dma"
+#define PAGE 4096UL
+
+/* The sample's uAPI, as its module documentation gives it. */
+struct rust_dma_buf_exporter_export {
+	__u64 size;
+	__u32 flags;
+	__s32 fd;
+};
+
+#define RUST_DMA_BUF_EXPORTER_EXPORT _IOWR('|', 0x90, struct rust_dma_buf_exporter_export)
+
+/* Modules this test loaded, to unload when it ends. */
+static int loaded_sample, loaded_importer, loaded_exporter;
+
+__attribute__((constructor)) static void load_modules(void)
+{
+	loaded_exporter = p2pbuf_load_module("p2pbuf_exporter");
+	loaded_importer = p2pbuf_load_module("p2pbuf_importer");
+	loaded_sample = p2pbuf_load_module(SAMPLE);
+}
+
+__attribute__((destructor)) static void unload_modules(void)
+{
+	if (loaded_sample && system("rmmod " SAMPLE))
+		fprintf(stderr, "# rmmod " SAMPLE " failed\n");
+	if (loaded_importer && system("rmmod p2pbuf_importer"))
+		fprintf(stderr, "# rmmod p2pbuf_importer failed\n");
+	if (loaded_exporter && system("rmmod p2pbuf_exporter"))
+		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
+}
+
+/* EXPORT of size bytes with flags: the dma-buf fd, or -errno. */
+static int sample_export(int dev, __u64 size, __u32 flags)
+{
+	struct rust_dma_buf_exporter_export e = { .size = size, .flags = flags, .fd = -1 };
+
+	return ioctl(dev, RUST_DMA_BUF_EXPORTER_EXPORT, &e) ? -errno : e.fd;
+}
+
+/* The edu engine's handle on dma-buf fd, or -errno. */
+static int engine_import(int engine, int fd)
+{
+	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
+
+	return ioctl(engine, P2PBUF_DMA_IOCTL_IMPORT, &a) ? -errno : (int)a.handle;
+}
+
+/* Releases the engine's handle: 0 or -errno. */
+static int engine_release(int engine, int handle)
+{
+	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
+
+	return ioctl(engine, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
+}
+
+/* Engine copy of len bytes from handle src to handle dst (offsets 0): bytes copied or -errno. */
+static long engine_copy(int engine, int src, int dst, __u64 len)
+{
+	struct p2pbuf_dma_copy a = {
+		.size = sizeof(a), .src_handle = src, .dst_handle = dst, .len = len,
+	};
+	int r = ioctl(engine, P2PBUF_DMA_IOCTL_COPY, &a);
+
+	return r < 0 ? -errno : r;
+}
+
+FIXTURE(sample)
+{
+	char pci[64];		/* the ivshmem device */
+	unsigned long long bar;	/* its BAR 2's size */
+	int dev;		/* /dev/rust-dma-buf-exporter */
+};
+
+/* Moves the ivshmem device from p2pbuf_exporter to the sample. */
+FIXTURE_SETUP(sample)
+{
+	char path[512];
+	unsigned long long lo, hi;
+	int r;
+
+	self->dev = -1;
+	ASSERT_EQ(0, p2pbuf_pci_find("0x1af4", "0x1110", self->pci, sizeof(self->pci)))
+		TH_LOG("no ivshmem device in this VM");
+	ASSERT_EQ(0, access(SAMPLE_DRV, F_OK))
+		TH_LOG(SAMPLE " is not loaded: is CONFIG_SAMPLE_RUST_DMA_BUF_EXPORTER=m built "
+		       "and in /lib/modules/p2pbuf?");
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", self->pci);
+	ASSERT_EQ(0, p2pbuf_bar_range(path, 2, &lo, &hi));
+	self->bar = hi - lo;
+	snprintf(path, sizeof(path), EXPORTER_DRV "/%s", self->pci);
+	if (access(path, F_OK) == 0) {
+		r = sysfs_write(EXPORTER_DRV "/unbind", self->pci);
+		ASSERT_EQ(0, r) TH_LOG("unbind from p2pbuf_exporter: %s", strerror(-r));
+	}
+	r = sysfs_write(SAMPLE_DRV "/bind", self->pci);
+	ASSERT_EQ(0, r) TH_LOG("bind %s to " SAMPLE ": %s", self->pci, strerror(-r));
+	self->dev = open(SAMPLE_DEV, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, self->dev) TH_LOG(SAMPLE_DEV ": %s", strerror(errno));
+}
+
+/* Gives the device back to p2pbuf_exporter, whatever the test left. */
+FIXTURE_TEARDOWN(sample)
+{
+	char path[512];
+
+	p2pbuf_close(&self->dev);
+	snprintf(path, sizeof(path), SAMPLE_DRV "/%s", self->pci);
+	if (access(path, F_OK) == 0)
+		EXPECT_EQ(0, sysfs_write(SAMPLE_DRV "/unbind", self->pci));
+	snprintf(path, sizeof(path), EXPORTER_DRV "/%s", self->pci);
+	if (access(EXPORTER_DRV, F_OK) == 0 && access(path, F_OK))
+		EXPECT_EQ(0, sysfs_write(EXPORTER_DRV "/bind", self->pci));
+}
+
+/* Every errno of the sample's documentation, and nothing handed out on failure. */
+TEST_F(sample, bad_arguments)
+{
+	struct rust_dma_buf_exporter_export e = { .size = PAGE };
+	int fd;
+
+	EXPECT_EQ(-EINVAL, sample_export(self->dev, 0, 0));
+	EXPECT_EQ(-EINVAL, sample_export(self->dev, PAGE + 1, 0));
+	EXPECT_EQ(-EINVAL, sample_export(self->dev, PAGE, 1));
+	EXPECT_EQ(-EINVAL, sample_export(self->dev, PAGE, 0x80000000u));
+	EXPECT_EQ(-ENOMEM, sample_export(self->dev, self->bar + PAGE, 0));
+	EXPECT_EQ(-ENOMEM, sample_export(self->dev, 1ULL << 62, 0));
+	EXPECT_ERRNO(EFAULT, ioctl(self->dev, RUST_DMA_BUF_EXPORTER_EXPORT, NULL));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IOWR('|', 0x91, e), &e));
+	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO('|', 0x90), &e));
+	/* After all that, the whole BAR is still free. */
+	fd = sample_export(self->dev, self->bar, 0);
+	ASSERT_LE(0, fd) TH_LOG("export of the whole BAR: %s", strerror(-fd));
+	close(fd);
+}
+
+/* The whole BAR once, then nothing; closing the buffer gives it all back at once. */
+TEST_F(sample, exhaustion_and_release)
+{
+	int fd, fd2;
+
+	fd = sample_export(self->dev, self->bar, 0);
+	ASSERT_LE(0, fd) TH_LOG("export of the whole BAR: %s", strerror(-fd));
+	EXPECT_EQ(-ENOMEM, sample_export(self->dev, PAGE, 0));
+	close(fd);
+	fd2 = sample_export(self->dev, self->bar, 0);
+	ASSERT_LE(0, fd2) TH_LOG("the BAR is not free after close: %s", strerror(-fd2));
+	close(fd2);
+}
+
+/*
+ * System memory -> device memory -> system memory through the edu engine, which attaches with
+ * peer2peer and can be revoked: the bytes come back, and a fresh buffer reads as zeros.
+ */
+TEST_F(sample, data_through_the_engine)
+{
+	struct p2pbuf_buf a = { .fd = -1, .memfd = -1 }, b = { .fd = -1, .memfd = -1 };
+	int engine, fd, hd, ha, hb;
+	size_t i, bad = 0, nonzero = 0;
+
+	engine = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, engine) TH_LOG(DMA_DEV ": %s", strerror(errno));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&a, PAGE));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&b, PAGE));
+	fd = sample_export(self->dev, 4 * PAGE, 0);
+	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
+	hd = engine_import(engine, fd);
+	ASSERT_LT(0, hd) TH_LOG("engine import of the sample's buffer: %s", strerror(-hd));
+	ha = engine_import(engine, a.fd);
+	ASSERT_LT(0, ha);
+	hb = engine_import(engine, b.fd);
+	ASSERT_LT(0, hb);
+
+	memset(b.map, 0xa5, PAGE);
+	ASSERT_EQ((long)PAGE, engine_copy(engine, hd, hb, PAGE));
+	for (i = 0; i < PAGE; i++)
+		nonzero += b.map[i] != 0;
+	EXPECT_EQ(0UL, nonzero) TH_LOG("a new buffer holds stale data");
+
+	for (i = 0; i < PAGE; i++)
+		a.map[i] = (uint8_t)(i * 7 + 3);
+	memset(b.map, 0, PAGE);
+	ASSERT_EQ((long)PAGE, engine_copy(engine, ha, hd, PAGE));
+	ASSERT_EQ((long)PAGE, engine_copy(engine, hd, hb, PAGE));
+	for (i = 0; i < PAGE; i++)
+		bad += b.map[i] != a.map[i];
+	EXPECT_EQ(0UL, bad);
+
+	close(engine);
+	close(fd);
+	p2pbuf_buf_free(&a);
+	p2pbuf_buf_free(&b);
+}
+
+/*
+ * Unbind with the engine attached and a dma-buf fd and the misc device still open: the
+ * importer is revoked (its copies fail with ENODEV), a new import is refused, the open misc
+ * device exports nothing, and the device goes back to p2pbuf_exporter.
+ */
+TEST_F(sample, unbind_revokes)
+{
+	struct p2pbuf_buf s = { .fd = -1, .memfd = -1 };
+	int engine, fd, hd, hs, r;
+
+	engine = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, engine) TH_LOG(DMA_DEV ": %s", strerror(errno));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&s, PAGE));
+	fd = sample_export(self->dev, PAGE, 0);
+	ASSERT_LE(0, fd);
+	hd = engine_import(engine, fd);
+	ASSERT_LT(0, hd);
+	hs = engine_import(engine, s.fd);
+	ASSERT_LT(0, hs);
+	ASSERT_EQ((long)PAGE, engine_copy(engine, hs, hd, PAGE));
+
+	r = sysfs_write(SAMPLE_DRV "/unbind", self->pci);
+	ASSERT_EQ(0, r) TH_LOG("unbind: %s", strerror(-r));
+	EXPECT_EQ(-ENODEV, engine_copy(engine, hs, hd, PAGE));
+	EXPECT_EQ(-ENODEV, engine_copy(engine, hd, hs, PAGE));
+	/* Releasing the revoked handle works; importing the buffer again is refused. */
+	EXPECT_EQ(0, engine_release(engine, hd));
+	EXPECT_EQ(-ENODEV, engine_import(engine, fd));
+	EXPECT_EQ(-ENODEV, sample_export(self->dev, PAGE, 0));
+	EXPECT_ERRNO(ENOENT, open(SAMPLE_DEV, O_RDWR | O_CLOEXEC));
+
+	close(engine);
+	close(fd);
+	p2pbuf_buf_free(&s);
+}
+
+struct exporter_thread {
+	int dev;
+	volatile int stop;
+	int fds[256];
+	int n;
+	int err;	/* the first errno other than ENODEV */
+};
+
+static void *export_loop(void *arg)
+{
+	struct exporter_thread *t = arg;
+
+	while (!t->stop && t->n < 256) {
+		int fd = sample_export(t->dev, PAGE, 0);
+
+		if (fd == -ENODEV)
+			break;
+		if (fd < 0) {
+			t->err = -fd;
+			break;
+		}
+		t->fds[t->n++] = fd;
+	}
+	return NULL;
+}
+
+/*
+ * Exports racing the unbind: whatever was exported before, during or after the unbind is
+ * revoked (an import of each fails with ENODEV), and the exporting thread only ever sees
+ * ENODEV.
+ */
+TEST_F(sample, exports_racing_unbind)
+{
+	struct exporter_thread t = { .dev = self->dev };
+	int engine, i, r, refused = 0;
+	pthread_t th;
+
+	engine = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, engine) TH_LOG(DMA_DEV ": %s", strerror(errno));
+	ASSERT_EQ(0, pthread_create(&th, NULL, export_loop, &t));
+	usleep(20 * 1000);
+	r = sysfs_write(SAMPLE_DRV "/unbind", self->pci);
+	t.stop = 1;
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	ASSERT_EQ(0, r) TH_LOG("unbind: %s", strerror(-r));
+	EXPECT_EQ(0, t.err) TH_LOG("export failed with %s", strerror(t.err));
+	TH_LOG("%d buffers exported before the unbind", t.n);
+	EXPECT_LT(0, t.n);
+	for (i = 0; i < t.n; i++) {
+		refused += engine_import(engine, t.fds[i]) == -ENODEV;
+		close(t.fds[i]);
+	}
+	EXPECT_EQ(t.n, refused);
+	close(engine);
+}
+
+TEST_HARNESS_MAIN
