@@ -4,8 +4,8 @@
  * 4, last patch), bound to the lab's ivshmem device in place of p2pbuf_exporter. Its one ioctl
  * and every errno it documents, data through the edu DMA engine (p2pbuf_importer) into and out
  * of its device memory, exhaustion and release, and the revoke on unbind, with importers
- * attached and with exports racing the unbind. The device goes back to p2pbuf_exporter after
- * every test.
+ * attached, with exports racing the unbind and with opens of its misc device racing it. The
+ * device goes back to p2pbuf_exporter after every test.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -309,6 +309,65 @@ TEST_F(sample, exports_racing_unbind)
 	}
 	EXPECT_EQ(t.n, refused);
 	close(engine);
+}
+
+struct opener_thread {
+	volatile int stop;
+	int opened, exported;
+	int err;	/* the first unexpected errno */
+};
+
+static void *open_loop(void *arg)
+{
+	struct opener_thread *t = arg;
+
+	while (!t->stop) {
+		int dev = open(SAMPLE_DEV, O_RDWR | O_CLOEXEC);
+		int fd;
+
+		if (dev < 0) {
+			/* The node goes with the misc device; ENODEV while it is going. */
+			if (errno != ENOENT && errno != ENODEV)
+				t->err = errno;
+			break;
+		}
+		t->opened++;
+		fd = sample_export(dev, PAGE, 0);
+		if (fd >= 0) {
+			t->exported++;
+			close(fd);
+		} else if (fd != -ENODEV) {
+			t->err = -fd;
+		}
+		close(dev);
+		if (t->err)
+			break;
+	}
+	return NULL;
+}
+
+/*
+ * Opens of the misc device racing the unbind, which deregisters it: open finds the device's
+ * state through the registration (container_of), so it must never run on a half-dropped
+ * device (KASAN would report it). Every open either works, and its export works or gives
+ * ENODEV, or fails with ENOENT/ENODEV.
+ */
+TEST_F(sample, opens_racing_unbind)
+{
+	struct opener_thread t = { 0 };
+	pthread_t th;
+	int r;
+
+	ASSERT_EQ(0, pthread_create(&th, NULL, open_loop, &t));
+	usleep(20 * 1000);
+	r = sysfs_write(SAMPLE_DRV "/unbind", self->pci);
+	usleep(20 * 1000);
+	t.stop = 1;
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	ASSERT_EQ(0, r) TH_LOG("unbind: %s", strerror(-r));
+	TH_LOG("%d opens, %d exports before the device went", t.opened, t.exported);
+	EXPECT_EQ(0, t.err) TH_LOG("unexpected %s", strerror(t.err));
+	EXPECT_LT(0, t.opened);
 }
 
 TEST_HARNESS_MAIN
