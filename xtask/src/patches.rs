@@ -647,13 +647,19 @@ fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> R
     }
     fs::create_dir_all(&kb)?;
     toolchain_reset(ctx, &wt, &kb, "patches")?;
-    // Copy the configuration only when it changed: a new .config makes Kconfig regenerate its
-    // headers, and make rebuild whatever depends on them.
+    // The lab's configuration, copied before every step, and only when it differs: a new
+    // .config makes Kconfig regenerate its headers, and make rebuild what depends on the
+    // symbols that changed. Before every step, because `olddefconfig` drops the symbols that
+    // the tree does not have yet: a patch that adds a Kconfig option (the sample driver of
+    // 4-rust-dma-buf) would otherwise be built with its option off, that is not at all.
     let config = fs::read(ctx.kbuild().join(".config"))
         .context("no kernel configuration yet: run `cargo xtask kernel` first")?;
-    if fs::read(kb.join(".config")).ok().as_deref() != Some(config.as_slice()) {
-        fs::write(kb.join(".config"), &config)?;
-    }
+    let sync_config = || -> Result<()> {
+        if fs::read(kb.join(".config")).ok().as_deref() != Some(config.as_slice()) {
+            fs::write(kb.join(".config"), &config)?;
+        }
+        Ok(())
+    };
     // From here on only the private worktree and build directory are used, for many minutes:
     // let other `cargo xtask` runs (VM tests) have the cache meanwhile.
     if let Some(lock) = cache_lock {
@@ -690,6 +696,7 @@ fn build_each(ctx: &Ctx, series: &[&Emitted], cache_lock: Option<fs::File>) -> R
             .with_context(|| format!("{}/{name} does not apply", s.id))?;
             let log = format!("build-each-{}-{step:02}", s.id);
             let _ = fs::remove_file(ctx.log_path(&log));
+            sync_config()?;
             let mut mk = Command::new("nice");
             mk.current_dir(&wt)
                 .args(["-n", "19", "make"])
