@@ -123,6 +123,28 @@ const SMALL_SIZE: usize = 1 << 20;
 const SMALL_ROUNDS: usize = 15;
 
 /// The median of `v` (sorts it); `v` is not empty.
+/// Times one registration (`reg`) and, when it succeeds, its deregistration (`dereg`, which
+/// must succeed), adding both in microseconds to `times` (registration, deregistration).
+/// Returns what `dereg` gives back, or the registration's error (nothing is added then).
+fn time_reg<M, T, E>(
+    times: (&mut Vec<f64>, &mut Vec<f64>),
+    reg: impl FnOnce() -> std::result::Result<M, E>,
+    dereg: impl FnOnce(M) -> std::result::Result<T, E>,
+) -> std::result::Result<std::result::Result<T, E>, E> {
+    let t = Instant::now();
+    let r = reg();
+    let took = t.elapsed();
+    let mr = match r {
+        Ok(mr) => mr,
+        Err(e) => return Ok(Err(e)),
+    };
+    let t = Instant::now();
+    let back = dereg(mr)?;
+    times.1.push(us(t.elapsed()));
+    times.0.push(us(took));
+    Ok(Ok(back))
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -243,33 +265,24 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                 for _ in 0..rounds {
                     if dmabuf_turn {
                         let Some(d) = &dmabuf else { break };
-                        let t = Instant::now();
-                        let r = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access);
-                        let took = t.elapsed();
-                        match r {
-                            Ok(mr) => {
-                                let t = Instant::now();
-                                mr.dereg()?;
-                                dereg.push(us(t.elapsed()));
-                                reg.push(us(took));
-                            }
-                            Err(e) => {
-                                println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}");
-                                break;
-                            }
+                        let r = time_reg(
+                            (&mut reg, &mut dereg),
+                            || pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access),
+                            |mr| mr.dereg(),
+                        )?;
+                        if let Err(e) = r {
+                            println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}");
+                            break;
                         }
                     } else {
                         let Some(h) = host.take() else { break };
-                        let t = Instant::now();
-                        let r = pd.reg_mr(h, access);
-                        let took = t.elapsed();
+                        let r = time_reg(
+                            (&mut reg, &mut dereg),
+                            || pd.reg_mr(h, access),
+                            |mr| mr.dereg(),
+                        )?;
                         match r {
-                            Ok(mr) => {
-                                let t = Instant::now();
-                                host = Some(mr.dereg()?);
-                                dereg.push(us(t.elapsed()));
-                                reg.push(us(took));
-                            }
+                            Ok(h) => host = Some(h),
                             Err(e) => {
                                 println!("# rdma_reg kind=host size={size} rep={rep}: {e}");
                                 break;
@@ -289,20 +302,14 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                 let (mut reg, mut dereg) = (Vec::new(), Vec::new());
                 for _ in 0..rounds {
                     let h = host_mem(size)?;
-                    let t = Instant::now();
-                    let r = pd.reg_mr(h, access);
-                    let took = t.elapsed();
-                    match r {
-                        Ok(mr) => {
-                            let t = Instant::now();
-                            drop(mr.dereg()?);
-                            dereg.push(us(t.elapsed()));
-                            reg.push(us(took));
-                        }
-                        Err(e) => {
-                            println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}");
-                            break;
-                        }
+                    let r = time_reg(
+                        (&mut reg, &mut dereg),
+                        || pd.reg_mr(h, access),
+                        |mr| mr.dereg(),
+                    )?;
+                    if let Err(e) = r {
+                        println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}");
+                        break;
                     }
                 }
                 if reg.len() == rounds {
