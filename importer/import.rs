@@ -16,7 +16,7 @@ use kernel::{
     dma::DataDirection,
     dma_buf::{
         import::{dma_ranges, DynamicAttachment, Importer},
-        DmaBuf, ResvHeld,
+        DmaBuf, ResvHeld, ResvMut,
     },
     prelude::*,
     scatterlist::SGTable,
@@ -33,7 +33,7 @@ pub(crate) struct ImportState;
 impl Importer for ImportState {
     const ALLOW_PEER2PEER: bool = true;
 
-    fn invalidate_mappings(attach: &DynamicAttachment<Self>, held: &mut ResvHeld<'_>) {
+    fn invalidate_mappings(attach: &DynamicAttachment<Self>, held: &mut ResvMut<'_, '_>) {
         // No transfer runs now: each holds this lock. Drop the mapping; the next transfer maps
         // again, or learns that the buffer is revoked.
         attach.unmap(held);
