@@ -6,6 +6,10 @@
  * of its device memory, exhaustion and release, and the revoke on unbind, with importers
  * attached, with exports racing the unbind and with opens of its misc device racing it. The
  * device goes back to p2pbuf_exporter after every test.
+ *
+ * Its name makes it run before engine_large on the engine boot: exporting the whole BAR zeroes
+ * it, which would wipe the pattern that engine_large leaves there for the host's check of the
+ * ivshmem backing file (xtask/src/hostcheck.rs).
  */
 #include <errno.h>
 #include <fcntl.h>
