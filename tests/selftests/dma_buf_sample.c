@@ -69,33 +69,6 @@ static int sample_export(int dev, __u64 size, __u32 flags)
 	return ioctl(dev, RUST_DMA_BUF_EXPORTER_EXPORT, &e) ? -errno : e.fd;
 }
 
-/* The edu engine's handle on dma-buf fd, or -errno. */
-static int engine_import(int engine, int fd)
-{
-	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
-
-	return ioctl(engine, P2PBUF_DMA_IOCTL_IMPORT, &a) ? -errno : (int)a.handle;
-}
-
-/* Releases the engine's handle: 0 or -errno. */
-static int engine_release(int engine, int handle)
-{
-	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
-
-	return ioctl(engine, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
-}
-
-/* Engine copy of len bytes from handle src to handle dst (offsets 0): bytes copied or -errno. */
-static long engine_copy(int engine, int src, int dst, __u64 len)
-{
-	struct p2pbuf_dma_copy a = {
-		.size = sizeof(a), .src_handle = src, .dst_handle = dst, .len = len,
-	};
-	int r = ioctl(engine, P2PBUF_DMA_IOCTL_COPY, &a);
-
-	return r < 0 ? -errno : r;
-}
-
 FIXTURE(sample)
 {
 	char pci[64];		/* the ivshmem device */
@@ -188,7 +161,6 @@ TEST_F(sample, exhaustion_and_release)
 TEST_F(sample, data_through_the_engine)
 {
 	struct p2pbuf_buf a = { .fd = -1, .memfd = -1 }, b = { .fd = -1, .memfd = -1 };
-	struct p2pbuf_dma_release rel = { .size = sizeof(rel) };
 	int engine, fd, hd, ha, hb;
 	size_t i, bad = 0, nonzero = 0;
 
@@ -196,34 +168,33 @@ TEST_F(sample, data_through_the_engine)
 	ASSERT_LE(0, engine) TH_LOG(DMA_DEV ": %s", strerror(errno));
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&a, PAGE));
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&b, PAGE));
-	ha = engine_import(engine, a.fd);
+	ha = p2pbuf_engine_import(engine, a.fd);
 	ASSERT_LT(0, ha);
-	hb = engine_import(engine, b.fd);
+	hb = p2pbuf_engine_import(engine, b.fd);
 	ASSERT_LT(0, hb);
 	fd = sample_export(self->dev, self->bar, 0);
 	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
-	hd = engine_import(engine, fd);
+	hd = p2pbuf_engine_import(engine, fd);
 	ASSERT_LT(0, hd) TH_LOG("engine import of the sample's buffer: %s", strerror(-hd));
 
 	for (i = 0; i < PAGE; i++)
 		a.map[i] = (uint8_t)(i * 7 + 3) | 1;
 	memset(b.map, 0, PAGE);
-	ASSERT_EQ((long)PAGE, engine_copy(engine, ha, hd, PAGE));
-	ASSERT_EQ((long)PAGE, engine_copy(engine, hd, hb, PAGE));
+	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, ha, hd, PAGE));
+	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, hd, hb, PAGE));
 	for (i = 0; i < PAGE; i++)
 		bad += b.map[i] != a.map[i];
 	EXPECT_EQ(0UL, bad);
 
 	/* Closed (the engine's handle too), the memory goes back; exported again, it is zeroed. */
-	rel.handle = hd;
-	ASSERT_EQ(0, ioctl(engine, P2PBUF_DMA_IOCTL_RELEASE, &rel));
+	ASSERT_EQ(0, p2pbuf_engine_release(engine, hd));
 	close(fd);
 	fd = sample_export(self->dev, self->bar, 0);
 	ASSERT_LE(0, fd) TH_LOG("export again: %s", strerror(-fd));
-	hd = engine_import(engine, fd);
+	hd = p2pbuf_engine_import(engine, fd);
 	ASSERT_LT(0, hd);
 	memset(b.map, 0xa5, PAGE);
-	ASSERT_EQ((long)PAGE, engine_copy(engine, hd, hb, PAGE));
+	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, hd, hb, PAGE));
 	for (i = 0; i < PAGE; i++)
 		nonzero += b.map[i] != 0;
 	EXPECT_EQ(0UL, nonzero) TH_LOG("a new buffer holds stale data");
@@ -249,19 +220,19 @@ TEST_F(sample, unbind_revokes)
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&s, PAGE));
 	fd = sample_export(self->dev, PAGE, 0);
 	ASSERT_LE(0, fd);
-	hd = engine_import(engine, fd);
+	hd = p2pbuf_engine_import(engine, fd);
 	ASSERT_LT(0, hd);
-	hs = engine_import(engine, s.fd);
+	hs = p2pbuf_engine_import(engine, s.fd);
 	ASSERT_LT(0, hs);
-	ASSERT_EQ((long)PAGE, engine_copy(engine, hs, hd, PAGE));
+	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, hs, hd, PAGE));
 
 	r = sysfs_write(SAMPLE_DRV "/unbind", self->pci);
 	ASSERT_EQ(0, r) TH_LOG("unbind: %s", strerror(-r));
-	EXPECT_EQ(-ENODEV, engine_copy(engine, hs, hd, PAGE));
-	EXPECT_EQ(-ENODEV, engine_copy(engine, hd, hs, PAGE));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy(engine, hs, hd, PAGE));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy(engine, hd, hs, PAGE));
 	/* Releasing the revoked handle works; importing the buffer again is refused. */
-	EXPECT_EQ(0, engine_release(engine, hd));
-	EXPECT_EQ(-ENODEV, engine_import(engine, fd));
+	EXPECT_EQ(0, p2pbuf_engine_release(engine, hd));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_import(engine, fd));
 	EXPECT_EQ(-ENODEV, sample_export(self->dev, PAGE, 0));
 	EXPECT_ERRNO(ENOENT, open(SAMPLE_DEV, O_RDWR | O_CLOEXEC));
 
@@ -340,7 +311,7 @@ TEST_F(sample, exports_racing_unbind)
 	EXPECT_TRUE(t.enodev) TH_LOG("the exports did not end with ENODEV after the unbind");
 	TH_LOG("%d buffers exported before the unbind", t.n);
 	for (i = 0; i < t.n && i < 256; i++) {
-		refused += engine_import(engine, t.fds[i]) == -ENODEV;
+		refused += p2pbuf_engine_import(engine, t.fds[i]) == -ENODEV;
 		close(t.fds[i]);
 	}
 	EXPECT_EQ(t.n < 256 ? t.n : 256, refused);

@@ -30,32 +30,6 @@
  * window step, two 100 ms transfers). */
 #define ENGINE_UNBIND_LIMIT_S 30.0
 
-static int imp_import(int dma, int fd)
-{
-	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
-
-	if (ioctl(dma, P2PBUF_DMA_IOCTL_IMPORT, &a))
-		return -errno;
-	return (int)a.handle;
-}
-
-static int imp_release(int dma, __u32 handle)
-{
-	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
-
-	return ioctl(dma, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
-}
-
-static long imp_copy(int dma, __u32 src, __u32 dst, __u64 len)
-{
-	struct p2pbuf_dma_copy c = {
-		.size = sizeof(c), .src_handle = src, .dst_handle = dst, .len = len,
-	};
-	int r = ioctl(dma, P2PBUF_DMA_IOCTL_COPY, &c);
-
-	return r < 0 ? -errno : r;
-}
-
 static void sync_cpu(int fd, int start)
 {
 	struct dma_buf_sync s = {
@@ -88,12 +62,12 @@ static int engine_check(int dma, int p2p, size_t len)
 	for (size_t i = 0; i < PAGE; i++)
 		ma[i] = (uint8_t)(i * 11 + 7);
 	sync_cpu(a, 0);
-	ha = imp_import(dma, a);
-	hb = imp_import(dma, b);
+	ha = p2pbuf_engine_import(dma, a);
+	hb = p2pbuf_engine_import(dma, b);
 	ret = ha < 0 ? ha : hb < 0 ? hb : 0;
 	if (ret)
 		goto out;
-	n = imp_copy(dma, ha, hb, len);
+	n = p2pbuf_engine_copy(dma, ha, hb, len);
 	if (n != (long)len) {
 		ret = n < 0 ? (int)n : -EIO;
 		goto out;
@@ -103,9 +77,9 @@ static int engine_check(int dma, int p2p, size_t len)
 	sync_cpu(b, 0);
 out:
 	if (ha > 0)
-		imp_release(dma, ha);
+		p2pbuf_engine_release(dma, ha);
 	if (hb > 0)
-		imp_release(dma, hb);
+		p2pbuf_engine_release(dma, hb);
 	if (ma != MAP_FAILED)
 		munmap(ma, PAGE);
 	if (mb != MAP_FAILED)
@@ -182,17 +156,17 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 	d2 = p2pbuf_alloc_fd(self->p2p, len);
 	ASSERT_GE(d1, 0);
 	ASSERT_GE(d2, 0);
-	h1 = imp_import(self->dma, d1);
+	h1 = p2pbuf_engine_import(self->dma, d1);
 	if (h1 == -EOPNOTSUPP) {
 		close(d1);
 		close(d2);
 		SKIP(return, "the exporter refuses the engine: no peer-to-peer path in this topology");
 	}
 	ASSERT_GT(h1, 0) TH_LOG("import: %s", strerror(-h1));
-	h2 = imp_import(self->dma, d2);
+	h2 = p2pbuf_engine_import(self->dma, d2);
 	ASSERT_GT(h2, 0) TH_LOG("import: %s", strerror(-h2));
 	/* The attachments are mapped and the engine has used them. */
-	EXPECT_EQ(256, imp_copy(self->dma, h1, h2, 256));
+	EXPECT_EQ(256, p2pbuf_engine_copy(self->dma, h1, h2, 256));
 	close(d1);
 	close(d2);
 	f_mid = provider_free(self->p2p);
@@ -216,13 +190,13 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 	ksft_print_msg("engine unbound in %.2f s with 2 device-memory buffers imported\n",
 		       now() - tu);
 	if (self->dma >= 0) {
-		EXPECT_EQ(-ENODEV, imp_copy(self->dma, h1, h2, 16));
-		r = imp_release(self->dma, h1);
+		EXPECT_EQ(-ENODEV, p2pbuf_engine_copy(self->dma, h1, h2, 16));
+		r = p2pbuf_engine_release(self->dma, h1);
 		ksft_print_msg("RELEASE of a handle after the unbind: %s\n", r ? strerror(-r) : "0");
 		EXPECT_TRUE(r == -ENODEV || r == -ENOENT) TH_LOG("RELEASE: %s", strerror(-r));
 		fd = p2pbuf_alloc_fd(self->p2p, PAGE);
 		ASSERT_GE(fd, 0);
-		EXPECT_EQ(-ENODEV, imp_import(self->dma, fd));
+		EXPECT_EQ(-ENODEV, p2pbuf_engine_import(self->dma, fd));
 		close(fd);
 	}
 	/* The imports let the buffers go at unbind: the memory is back before the file closes. */
@@ -290,8 +264,8 @@ static void *h3_importer(void *p)
 				close(b);
 			continue;
 		}
-		ha = imp_import(dma, a);
-		hb = imp_import(dma, b);
+		ha = p2pbuf_engine_import(dma, a);
+		hb = p2pbuf_engine_import(dma, b);
 		for (int i = 0; i < 2; i++) {
 			int h = i ? hb : ha;
 
@@ -305,7 +279,7 @@ static void *h3_importer(void *p)
 			}
 		}
 		if (ha > 0 && hb > 0 && rnd() % 2) {
-			long n = imp_copy(dma, ha, hb, 64);
+			long n = p2pbuf_engine_copy(dma, ha, hb, 64);
 
 			if (n == 64) {
 				l->copies++;
@@ -322,7 +296,7 @@ static void *h3_importer(void *p)
 
 				if (h <= 0)
 					continue;
-				r = imp_release(dma, h);
+				r = p2pbuf_engine_release(dma, h);
 				if (r == 0 || r == -ENOENT || r == -ENODEV)
 					l->releases++;
 				else
@@ -358,12 +332,12 @@ TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
 	/* Is there a path between the engine and device memory here at all? */
 	fd = p2pbuf_alloc_fd(self->p2p, PAGE);
 	ASSERT_GE(fd, 0);
-	h = imp_import(self->dma, fd);
+	h = p2pbuf_engine_import(self->dma, fd);
 	close(fd);
 	if (h == -EOPNOTSUPP)
 		SKIP(return, "the exporter refuses the engine: no peer-to-peer path here");
 	ASSERT_GT(h, 0);
-	EXPECT_EQ(0, imp_release(self->dma, h));
+	EXPECT_EQ(0, p2pbuf_engine_release(self->dma, h));
 	ASSERT_EQ(0, pthread_create(&t, NULL, h3_importer, &l));
 	for (cycles = 0; cycles < 20 && (cycles < 3 || now() - t0 < races_s()); cycles++) {
 		int c = cycles, st = 0, done;

@@ -253,6 +253,37 @@ static inline int p2pbuf_load_module(const char *name)
 	return system(cmd) == 0;
 }
 
+#ifdef P2PBUF_DMA_IOCTL_COPY
+/* The DMA engine (/dev/p2pbuf-dma, fd dma): its handle on dma-buf fd, or -errno. */
+static inline int p2pbuf_engine_import(int dma, int fd)
+{
+	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
+
+	if (ioctl(dma, P2PBUF_DMA_IOCTL_IMPORT, &a))
+		return -errno;
+	return (int)a.handle;
+}
+
+/* Releases the engine's handle: 0 or -errno. */
+static inline int p2pbuf_engine_release(int dma, __u32 handle)
+{
+	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
+
+	return ioctl(dma, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
+}
+
+/* Engine copy of len bytes from handle src to handle dst (offsets 0): bytes copied or -errno. */
+static inline long p2pbuf_engine_copy(int dma, __u32 src, __u32 dst, __u64 len)
+{
+	struct p2pbuf_dma_copy c = {
+		.size = sizeof(c), .src_handle = src, .dst_handle = dst, .len = len,
+	};
+	int r = ioctl(dma, P2PBUF_DMA_IOCTL_COPY, &c);
+
+	return r < 0 ? -errno : r;
+}
+#endif
+
 /* Write val to the sysfs file path: 0, or -errno. */
 static inline int sysfs_write(const char *path, const char *val)
 {
