@@ -111,11 +111,12 @@ fn step(
     timeout_ms: u32,
     progress: &mut Progress,
 ) -> Result {
-    let guard = imp.dma_buf().lock();
-    let sgt = imp.map(&guard)?;
+    let mut guard = imp.dma_buf().lock();
+    let mut held = guard.exclusive();
+    let sgt = imp.map(&mut held)?;
     // The engine reads the source (wait for writers) and writes the destination (wait for
-    // everyone).
-    imp.wait_fences(&guard, !into_window)?;
+    // everyone), including a move the exporter started in `map`.
+    imp.wait_fences(!into_window)?;
     let mut done = 0usize;
     for_each_piece(sgt, offset, n, |addr, len| {
         progress.transfers = progress.transfers.saturating_add(1);

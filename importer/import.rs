@@ -16,7 +16,7 @@ use kernel::{
     dma::DataDirection,
     dma_buf::{
         import::{dma_ranges, DynamicAttachment, Importer},
-        DmaBuf, ResvHeld, ResvMut,
+        DmaBuf, ResvMut,
     },
     prelude::*,
     scatterlist::SGTable,
@@ -60,8 +60,9 @@ impl Import {
         }
         let attach = DynamicAttachment::new(buf, dev, Ok::<_, Error>(ImportState))?;
         let (map_type, nr_ranges) = {
-            let guard = attach.dma_buf().lock();
-            let sgt = attach.map(&guard, DataDirection::Bidirectional)?;
+            let mut guard = attach.dma_buf().lock();
+            let mut held = guard.exclusive();
+            let sgt = attach.map(&mut held, DataDirection::Bidirectional)?;
             let nr = u32::try_from(dma_ranges(sgt).count()).unwrap_or(u32::MAX);
             (classify(sgt, dev), nr)
         };
@@ -90,9 +91,9 @@ impl Import {
 
     /// Returns the mapping for the engine, mapping again after an invalidation.
     ///
-    /// `held` must be this buffer's reservation lock; the table is valid while it is held.
-    /// Fails with `ENODEV` if the exporter revoked the buffer.
-    pub(crate) fn map<'a>(&'a self, held: &'a ResvHeld<'_>) -> Result<&'a SGTable> {
+    /// `held` must be this buffer's reservation lock; the table is valid while it is held (and
+    /// keeps it borrowed). Fails with `ENODEV` if the exporter revoked the buffer.
+    pub(crate) fn map<'a>(&'a self, held: &'a mut ResvMut<'_, '_>) -> Result<&'a SGTable> {
         if self.is_revoked() {
             return Err(ENODEV);
         }
@@ -106,10 +107,9 @@ impl Import {
     }
 
     /// Waits until the fences of the buffer allow the engine to read it (`write == false`) or
-    /// to write it (`write == true`). A signal ends the wait with `EINTR`.
-    pub(crate) fn wait_fences(&self, held: &ResvHeld<'_>, write: bool) -> Result {
-        // The lock is only taken as proof that this is a locked buffer of ours.
-        let _ = held;
+    /// to write it (`write == true`). A signal ends the wait with `EINTR`. Called after
+    /// [`Import::map`]: an exporter that moves the buffer there adds the move's fence.
+    pub(crate) fn wait_fences(&self, write: bool) -> Result {
         let usage = if write {
             bindings::dma_resv_usage_DMA_RESV_USAGE_READ
         } else {
