@@ -16,7 +16,7 @@ use kernel::{
     dma::DataDirection,
     dma_buf::{
         import::{dma_ranges, DynamicAttachment, Importer},
-        DmaBuf, ResvMut,
+        DmaBuf, ResvMut, ResvUsage,
     },
     prelude::*,
     scatterlist::SGTable,
@@ -24,7 +24,6 @@ use kernel::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
     },
-    task::MAX_SCHEDULE_TIMEOUT,
 };
 
 /// The importer's side of an attachment (it needs no data of its own).
@@ -111,25 +110,18 @@ impl Import {
     /// [`Import::map`]: an exporter that moves the buffer there adds the move's fence.
     pub(crate) fn wait_fences(&self, write: bool) -> Result {
         let usage = if write {
-            bindings::dma_resv_usage_DMA_RESV_USAGE_READ
+            ResvUsage::Read
         } else {
-            bindings::dma_resv_usage_DMA_RESV_USAGE_WRITE
+            ResvUsage::Write
         };
-        // SAFETY: The buffer is alive (we hold an attachment) and `resv` is set at export time
-        // and never changes.
-        let resv = unsafe { (*self.dma_buf().as_raw()).resv };
-        // SAFETY: `resv` is valid; waiting for its fences is allowed with or without its lock.
-        let ret = unsafe {
-            // CAST: `MAX_SCHEDULE_TIMEOUT` is `LONG_MAX`, which fits `unsigned long`.
-            bindings::dma_resv_wait_timeout(resv, usage, true, MAX_SCHEDULE_TIMEOUT as c_ulong)
-        };
-        if ret < 0 {
-            // CAST: a negative return is an errno, which fits `i32`.
-            let e = Error::from_errno(ret as i32);
+        self.dma_buf().resv().wait(usage, true).map_err(|e| {
             // Not restartable: the copy has made progress that a restart would redo.
-            return Err(if e == ERESTARTSYS { EINTR } else { e });
-        }
-        Ok(())
+            if e == ERESTARTSYS {
+                EINTR
+            } else {
+                e
+            }
+        })
     }
 }
 
