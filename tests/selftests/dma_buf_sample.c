@@ -53,12 +53,9 @@ __attribute__((constructor)) static void load_modules(void)
 
 __attribute__((destructor)) static void unload_modules(void)
 {
-	if (loaded_sample && system("rmmod " SAMPLE))
-		fprintf(stderr, "# rmmod " SAMPLE " failed\n");
-	if (loaded_importer && system("rmmod p2pbuf_importer"))
-		fprintf(stderr, "# rmmod p2pbuf_importer failed\n");
-	if (loaded_exporter && system("rmmod p2pbuf_exporter"))
-		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
+	p2pbuf_unload_module(SAMPLE, loaded_sample);
+	p2pbuf_unload_module("p2pbuf_importer", loaded_importer);
+	p2pbuf_unload_module("p2pbuf_exporter", loaded_exporter);
 }
 
 /* EXPORT of size bytes with flags: the dma-buf fd, or -errno. */

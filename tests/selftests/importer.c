@@ -61,10 +61,8 @@ __attribute__((constructor)) static void load_modules(void)
 
 __attribute__((destructor)) static void unload_modules(void)
 {
-	if (loaded_importer && system("rmmod p2pbuf_importer"))
-		fprintf(stderr, "# rmmod p2pbuf_importer failed\n");
-	if (loaded_exporter && system("rmmod p2pbuf_exporter"))
-		fprintf(stderr, "# rmmod p2pbuf_exporter failed\n");
+	p2pbuf_unload_module("p2pbuf_importer", loaded_importer);
+	p2pbuf_unload_module("p2pbuf_exporter", loaded_exporter);
 }
 
 static uint8_t pat(size_t i, unsigned int seed)
@@ -80,45 +78,6 @@ static void fill(struct p2pbuf_buf *b, unsigned int seed)
 	for (i = 0; i < b->size; i++)
 		b->map[i] = pat(i, seed);
 	p2pbuf_cpu_access(b, 0);
-}
-
-/* Returns the handle, or -errno; fills *out if given. */
-static int imp_import(int dev, int fd, struct p2pbuf_dma_import *out)
-{
-	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
-
-	if (ioctl(dev, P2PBUF_DMA_IOCTL_IMPORT, &a))
-		return -errno;
-	if (out)
-		*out = a;
-	return (int)a.handle;
-}
-
-static int imp_release(int dev, __u32 handle)
-{
-	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
-
-	return ioctl(dev, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
-}
-
-/* Returns the ioctl's result (bytes copied) or -errno; *a is updated by the kernel. */
-static long imp_copy_args(int dev, struct p2pbuf_dma_copy *a)
-{
-	int r;
-
-	a->size = sizeof(*a);
-	r = ioctl(dev, P2PBUF_DMA_IOCTL_COPY, a);
-	return r < 0 ? -errno : r;
-}
-
-static long imp_copy(int dev, __u32 src, __u64 soff, __u32 dst, __u64 doff, __u64 len)
-{
-	struct p2pbuf_dma_copy a = {
-		.src_handle = src, .src_offset = soff,
-		.dst_handle = dst, .dst_offset = doff, .len = len,
-	};
-
-	return imp_copy_args(dev, &a);
 }
 
 /*
@@ -141,7 +100,7 @@ static long copy_and_check(struct __test_metadata *_metadata, int dev, struct p2
 	fill(src, seed);
 	fill(dst, seed + 101);
 	t = now();
-	r = imp_copy_args(dev, &a);
+	r = p2pbuf_engine_copy_args(dev, &a);
 	t = now() - t;
 	if (r < 0) {
 		TH_LOG("copy %zu bytes %zu -> %zu: %s (copied %llu)", len, soff, doff,
@@ -212,7 +171,7 @@ static void *bg_copy_fn(void *arg)
 {
 	struct bg_copy *c = arg;
 
-	c->ret = imp_copy_args(c->dev, &c->a);
+	c->ret = p2pbuf_engine_copy_args(c->dev, &c->a);
 	return NULL;
 }
 
@@ -238,9 +197,9 @@ FIXTURE_SETUP(importer)
 		SKIP(return, "no /dev/udmabuf");
 	ASSERT_EQ(0, r) TH_LOG("udmabuf: %s", strerror(-r));
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&self->b, size));
-	self->ha = imp_import(self->dev, self->a.fd, NULL);
+	self->ha = p2pbuf_engine_import_out(self->dev, self->a.fd, NULL);
 	ASSERT_GT(self->ha, 0) TH_LOG("import: %s", strerror(-self->ha));
-	self->hb = imp_import(self->dev, self->b.fd, NULL);
+	self->hb = p2pbuf_engine_import_out(self->dev, self->b.fd, NULL);
 	ASSERT_GT(self->hb, 0) TH_LOG("import: %s", strerror(-self->hb));
 }
 
@@ -253,7 +212,7 @@ FIXTURE_TEARDOWN(importer)
 
 TEST_F(importer, import_reports_the_buffer)
 {
-	struct p2pbuf_dma_import info;
+	struct p2pbuf_dma_import info = { 0 };
 	struct stat st;
 	struct p2pbuf_buf c;
 	int h;
@@ -263,7 +222,7 @@ TEST_F(importer, import_reports_the_buffer)
 	EXPECT_EQ(0600U, st.st_mode & 0777);
 	EXPECT_EQ(0U, st.st_uid);
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&c, 3 * PAGE));
-	h = imp_import(self->dev, c.fd, &info);
+	h = p2pbuf_engine_import_out(self->dev, c.fd, &info);
 	ASSERT_GT(h, 0);
 	EXPECT_NE(self->ha, h);
 	EXPECT_NE(self->hb, h);
@@ -273,7 +232,7 @@ TEST_F(importer, import_reports_the_buffer)
 	EXPECT_LE(info.nr_ranges, 3U);
 	/* The engine's PCI device is attached, and only while imported. */
 	EXPECT_EQ(1, attached_devices(c.fd));
-	EXPECT_EQ(0, imp_release(self->dev, h));
+	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, h));
 	EXPECT_EQ(0, attached_devices(c.fd));
 	p2pbuf_buf_free(&c);
 }
@@ -303,15 +262,15 @@ TEST_F(importer, copy_within_one_buffer)
 {
 	fill(&self->a, 5);
 	/* Disjoint ranges of one buffer are fine, in both orders. */
-	EXPECT_EQ((long)PAGE, imp_copy(self->dev, self->ha, 0, self->ha, 2 * PAGE + 1, PAGE));
-	EXPECT_EQ(10L, imp_copy(self->dev, self->ha, 5 * PAGE, self->ha, 10, 10));
+	EXPECT_EQ((long)PAGE, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->ha, 2 * PAGE + 1, PAGE));
+	EXPECT_EQ(10L, p2pbuf_engine_copy_at(self->dev, self->ha, 5 * PAGE, self->ha, 10, 10));
 	p2pbuf_cpu_access(&self->a, 1);
 	EXPECT_EQ(0, memcmp(self->a.map + 2 * PAGE + 1, self->a.map, 10));
 	p2pbuf_cpu_access(&self->a, 0);
 	/* Overlapping ranges are refused (the engine's window is no memmove). */
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->ha, 100, 200));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 100, self->ha, 0, 200));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->ha, 0, 1));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->ha, 100, 200));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 100, self->ha, 0, 200));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->ha, 0, 1));
 }
 
 TEST_F(importer, import_errors)
@@ -321,20 +280,20 @@ TEST_F(importer, import_errors)
 	int fd, memfd, r;
 
 	/* Not an fd, a closed fd: EBADF. */
-	EXPECT_EQ(-EBADF, imp_import(self->dev, -1, NULL));
+	EXPECT_EQ(-EBADF, p2pbuf_engine_import_out(self->dev, -1, NULL));
 	fd = dup(self->a.fd);
 	close(fd);
-	EXPECT_EQ(-EBADF, imp_import(self->dev, fd, NULL));
+	EXPECT_EQ(-EBADF, p2pbuf_engine_import_out(self->dev, fd, NULL));
 	/* Files that are not dma-bufs: EINVAL. */
 	memfd = memfd_create("not-a-dma-buf", MFD_CLOEXEC);
 	ASSERT_GE(memfd, 0);
-	EXPECT_EQ(-EINVAL, imp_import(self->dev, memfd, NULL));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_import_out(self->dev, memfd, NULL));
 	close(memfd);
-	EXPECT_EQ(-EINVAL, imp_import(self->dev, self->dev, NULL));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_import_out(self->dev, self->dev, NULL));
 	/* The same buffer again, through the same or another fd: EEXIST. */
-	EXPECT_EQ(-EEXIST, imp_import(self->dev, self->a.fd, NULL));
+	EXPECT_EQ(-EEXIST, p2pbuf_engine_import_out(self->dev, self->a.fd, NULL));
 	fd = dup(self->a.fd);
-	EXPECT_EQ(-EEXIST, imp_import(self->dev, fd, NULL));
+	EXPECT_EQ(-EEXIST, p2pbuf_engine_import_out(self->dev, fd, NULL));
 	close(fd);
 	/* Unknown flags. */
 	a.fd = self->a.fd;
@@ -365,8 +324,8 @@ TEST_F(importer, import_errors)
 	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x10), &a));
 	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x10, big), &a));
 	/* After all that, a release and a new import work. */
-	EXPECT_EQ(0, imp_release(self->dev, self->ha));
-	r = imp_import(self->dev, self->a.fd, NULL);
+	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->ha));
+	r = p2pbuf_engine_import_out(self->dev, self->a.fd, NULL);
 	EXPECT_GT(r, 0);
 	self->ha = r;
 }
@@ -381,28 +340,28 @@ TEST_F(importer, copy_errors)
 	int hs;
 
 	/* Unknown handles. */
-	EXPECT_EQ(-ENOENT, imp_copy(self->dev, 0, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENOENT, imp_copy(self->dev, self->ha, 0, 999999, 0, 1));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(self->dev, 0, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(self->dev, self->ha, 0, 999999, 0, 1));
 	/* Ranges past the end, on either side, and arithmetic overflow. */
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, size, self->hb, 0, 1));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, size - 1, 2));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 0, size + 1));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, ~0ULL, self->hb, 0, 2));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 2, ~0ULL));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, self->hb, 0, 0));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, size, self->hb, 0, 1));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, size - 1, 2));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, size + 1));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, ~0ULL, self->hb, 0, 2));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 2, ~0ULL));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 0));
 	/* A smaller destination bounds the copy. */
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&small, PAGE));
-	hs = imp_import(self->dev, small.fd, NULL);
+	hs = p2pbuf_engine_import_out(self->dev, small.fd, NULL);
 	ASSERT_GT(hs, 0);
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, hs, 0, PAGE + 1));
-	EXPECT_EQ(-EINVAL, imp_copy(self->dev, self->ha, 0, hs, 1, PAGE));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, hs, 0, PAGE + 1));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, hs, 1, PAGE));
 	/* Unknown flags, bad pointers. */
 	a.flags = 1;
-	EXPECT_EQ(-EINVAL, imp_copy_args(self->dev, &a));
+	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_args(self->dev, &a));
 	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_COPY, (void *)8));
 	/* A released handle is unknown. */
-	EXPECT_EQ(0, imp_release(self->dev, hs));
-	EXPECT_EQ(-ENOENT, imp_copy(self->dev, self->ha, 0, hs, 0, 1));
+	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, hs));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(self->dev, self->ha, 0, hs, 0, 1));
 	p2pbuf_buf_free(&small);
 }
 
@@ -414,10 +373,10 @@ TEST_F(importer, release_errors)
 	r.flags = 0;
 	r.reserved = 1;
 	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
-	EXPECT_EQ(-ENOENT, imp_release(self->dev, 0));
-	EXPECT_EQ(-ENOENT, imp_release(self->dev, 999999));
-	EXPECT_EQ(0, imp_release(self->dev, self->ha));
-	EXPECT_EQ(-ENOENT, imp_release(self->dev, self->ha));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 0));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 999999));
+	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->ha));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, self->ha));
 	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, (void *)8));
 }
 
@@ -428,16 +387,16 @@ TEST_F(importer, handles_are_per_file_and_released_on_close)
 
 	ASSERT_GE(other, 0);
 	/* Another file does not see our handles, and may import the same buffer. */
-	EXPECT_EQ(-ENOENT, imp_copy(other, self->ha, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENOENT, imp_release(other, self->ha));
-	h = imp_import(other, self->a.fd, NULL);
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(other, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(other, self->ha));
+	h = p2pbuf_engine_import_out(other, self->a.fd, NULL);
 	ASSERT_GT(h, 0);
 	EXPECT_EQ(2, attached_devices(self->a.fd));
 	/* Closing it detaches its buffers, and only those. */
 	close(other);
 	EXPECT_EQ(1, attached_devices(self->a.fd));
 	EXPECT_EQ(1, attached_devices(self->b.fd));
-	EXPECT_EQ(1L, imp_copy(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(1L, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
 }
 
 TEST_F(importer, timeout)
@@ -448,7 +407,7 @@ TEST_F(importer, timeout)
 	};
 
 	/* A transfer takes the model 100 ms: 1 ms is too short. */
-	EXPECT_EQ(-ETIMEDOUT, imp_copy_args(self->dev, &a));
+	EXPECT_EQ(-ETIMEDOUT, p2pbuf_engine_copy_args(self->dev, &a));
 	EXPECT_EQ(0ULL, a.copied);
 	EXPECT_EQ(1U, a.nr_transfers);
 	/* The engine is usable again afterwards. */
@@ -540,8 +499,8 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	/* Nothing is attached any more; the open file only gets ENODEV. */
 	EXPECT_EQ(0, attached_devices(self->a.fd));
 	EXPECT_EQ(0, attached_devices(self->b.fd));
-	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->ha, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENODEV, imp_import(self->dev, self->a.fd, NULL));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_import_out(self->dev, self->a.fd, NULL));
 	EXPECT_ERRNO(ENODEV, open(DMA_DEV, O_RDWR));
 	/* Bound again, the engine serves new files. */
 	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/bind", name);
@@ -550,9 +509,9 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	ASSERT_GE(fd, 0);
 	close(self->dev);
 	self->dev = fd;
-	self->ha = imp_import(self->dev, self->a.fd, NULL);
+	self->ha = p2pbuf_engine_import_out(self->dev, self->a.fd, NULL);
 	ASSERT_GT(self->ha, 0);
-	self->hb = imp_import(self->dev, self->b.fd, NULL);
+	self->hb = p2pbuf_engine_import_out(self->dev, self->b.fd, NULL);
 	ASSERT_GT(self->hb, 0);
 	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, 3, &self->b,
 				    self->hb, 5, 100, 7));
@@ -591,13 +550,13 @@ FIXTURE_SETUP(devmem)
 	if (r == -ENOENT)
 		SKIP(return, "no /dev/udmabuf");
 	ASSERT_EQ(0, r);
-	self->h1 = imp_import(self->dev, self->d1.fd, &self->info);
+	self->h1 = p2pbuf_engine_import_out(self->dev, self->d1.fd, &self->info);
 	if (self->h1 == -EOPNOTSUPP)
 		SKIP(return, "the exporter refuses the engine: no peer-to-peer path in this topology");
 	ASSERT_GT(self->h1, 0) TH_LOG("import device memory: %s", strerror(-self->h1));
-	self->h2 = imp_import(self->dev, self->d2.fd, NULL);
+	self->h2 = p2pbuf_engine_import_out(self->dev, self->d2.fd, NULL);
 	ASSERT_GT(self->h2, 0);
-	self->hs = imp_import(self->dev, self->s.fd, NULL);
+	self->hs = p2pbuf_engine_import_out(self->dev, self->s.fd, NULL);
 	ASSERT_GT(self->hs, 0);
 }
 
@@ -643,7 +602,7 @@ TEST_F(devmem, import_reports_peer_to_peer)
 		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, self->info.map_type);
 	}
 	/* Released: the exporter lists no attachment any more. */
-	ASSERT_EQ(0, imp_release(self->dev, self->h1));
+	ASSERT_EQ(0, p2pbuf_engine_release(self->dev, self->h1));
 	self->h1 = 0;
 	memset(&a, 0, sizeof(a));
 	a.size = sizeof(a);
@@ -712,12 +671,12 @@ TEST_F_TIMEOUT(devmem, revoke_mid_copy, 300)
 	p2pbuf_cpu_access(&self->s, 0);
 	EXPECT_EQ(0UL, bad);
 	/* Every later use of the revoked buffer fails the same way; the others still work. */
-	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->h1, 0, self->hs, 0, 1));
-	EXPECT_EQ(-ENODEV, imp_copy(self->dev, self->hs, 0, self->h1, 0, 1));
-	EXPECT_EQ(1L, imp_copy(self->dev, self->h2, 0, self->hs, 0, 1));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->h1, 0, self->hs, 0, 1));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->hs, 0, self->h1, 0, 1));
+	EXPECT_EQ(1L, p2pbuf_engine_copy_at(self->dev, self->h2, 0, self->hs, 0, 1));
 	/* Importing it again is refused; releasing the handle works. */
-	EXPECT_EQ(0, imp_release(self->dev, self->h1));
-	r = imp_import(self->dev, self->d1.fd, NULL);
+	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->h1));
+	r = p2pbuf_engine_import_out(self->dev, self->d1.fd, NULL);
 	EXPECT_EQ(-ENODEV, r);
 }
 

@@ -253,15 +253,37 @@ static inline int p2pbuf_load_module(const char *name)
 	return system(cmd) == 0;
 }
 
+/* rmmod NAME if p2pbuf_load_module() loaded it (loaded != 0); complains if that fails. */
+static inline void p2pbuf_unload_module(const char *name, int loaded)
+{
+	char cmd[256];
+
+	if (!loaded)
+		return;
+	snprintf(cmd, sizeof(cmd), "rmmod %s", name);
+	if (system(cmd))
+		fprintf(stderr, "# rmmod %s failed\n", name);
+}
+
 #ifdef P2PBUF_DMA_IOCTL_COPY
-/* The DMA engine (/dev/p2pbuf-dma, fd dma): its handle on dma-buf fd, or -errno. */
-static inline int p2pbuf_engine_import(int dma, int fd)
+/*
+ * The DMA engine (/dev/p2pbuf-dma, fd dma): its handle on dma-buf fd, or -errno; the whole
+ * answer (map type, ranges) in *out if out is not NULL.
+ */
+static inline int p2pbuf_engine_import_out(int dma, int fd, struct p2pbuf_dma_import *out)
 {
 	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
 
 	if (ioctl(dma, P2PBUF_DMA_IOCTL_IMPORT, &a))
 		return -errno;
+	if (out)
+		*out = a;
 	return (int)a.handle;
+}
+
+static inline int p2pbuf_engine_import(int dma, int fd)
+{
+	return p2pbuf_engine_import_out(dma, fd, NULL);
 }
 
 /* Releases the engine's handle: 0 or -errno. */
@@ -272,15 +294,32 @@ static inline int p2pbuf_engine_release(int dma, __u32 handle)
 	return ioctl(dma, P2PBUF_DMA_IOCTL_RELEASE, &r) ? -errno : 0;
 }
 
+/* Engine copy as *a says (size set here; the kernel updates *a): bytes copied or -errno. */
+static inline long p2pbuf_engine_copy_args(int dma, struct p2pbuf_dma_copy *a)
+{
+	int r;
+
+	a->size = sizeof(*a);
+	r = ioctl(dma, P2PBUF_DMA_IOCTL_COPY, a);
+	return r < 0 ? -errno : r;
+}
+
+/* Engine copy of len bytes from handle src at soff to handle dst at doff. */
+static inline long p2pbuf_engine_copy_at(int dma, __u32 src, __u64 soff, __u32 dst, __u64 doff,
+					 __u64 len)
+{
+	struct p2pbuf_dma_copy c = {
+		.src_handle = src, .src_offset = soff,
+		.dst_handle = dst, .dst_offset = doff, .len = len,
+	};
+
+	return p2pbuf_engine_copy_args(dma, &c);
+}
+
 /* Engine copy of len bytes from handle src to handle dst (offsets 0): bytes copied or -errno. */
 static inline long p2pbuf_engine_copy(int dma, __u32 src, __u32 dst, __u64 len)
 {
-	struct p2pbuf_dma_copy c = {
-		.size = sizeof(c), .src_handle = src, .dst_handle = dst, .len = len,
-	};
-	int r = ioctl(dma, P2PBUF_DMA_IOCTL_COPY, &c);
-
-	return r < 0 ? -errno : r;
+	return p2pbuf_engine_copy_at(dma, src, 0, dst, 0, len);
 }
 #endif
 
