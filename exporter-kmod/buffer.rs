@@ -88,19 +88,30 @@ pub(crate) struct Refusals {
     pub(crate) last: Option<(CString, u32, &'static CStr)>,
 }
 
+/// What a buffer's lock protects: its memory and its importers, under one lock, so that attach
+/// and map take one lock each (docs/bench.md, "Where the time goes").
+pub(crate) struct BufState {
+    /// The memory, until revoke or release.
+    mem: Option<P2pPages>,
+    /// One record per attachment, in the order they were made.
+    pub(crate) attachments: KVec<AttachRecord>,
+}
+
 /// The exporter's data of one buffer.
 ///
 /// # Invariants
 ///
-/// `mem`, while `Some`, holds `size` bytes of `provider`'s memory starting at `offset` into its
-/// BAR. It becomes `None` in [`Exporter::revoke`], after every importer has unmapped and every
-/// userspace mapping was zapped, or in [`Exporter::release`], when no file reference is left.
+/// `state.mem`, while `Some`, holds `size` bytes of `provider`'s memory starting at `offset`
+/// into its BAR. It becomes `None` in [`Exporter::revoke`], after every importer has unmapped
+/// and every userspace mapping was zapped, or in [`Exporter::release`], when no file reference
+/// is left.
 ///
 /// # Locks
 ///
-/// `mem` and `attachments` are leaves. The abstraction calls `fault` with its fault lock held
-/// (so: `mmap_lock` -> fault lock -> `mem`); `release` takes the provider's `state` after `mem`
-/// is dropped (`state` -> `mem` is the order elsewhere: `Provider::used`).
+/// `state` and `refusals` are leaves, never held together. The abstraction calls `fault` with
+/// its fault lock held (so: `mmap_lock` -> fault lock -> `state`); `release` takes the
+/// provider's `state` after the buffer's `state` is dropped (provider `state` -> buffer `state`
+/// is the order elsewhere: `Provider::used`, debugfs).
 #[pin_data]
 pub(crate) struct Buffer {
     pub(crate) provider: Arc<Provider>,
@@ -108,9 +119,7 @@ pub(crate) struct Buffer {
     pub(crate) size: usize,
     pub(crate) offset: u64,
     #[pin]
-    mem: Mutex<Option<P2pPages>>,
-    #[pin]
-    pub(crate) attachments: Mutex<KVec<AttachRecord>>,
+    pub(crate) state: Mutex<BufState>,
     #[pin]
     pub(crate) refusals: Mutex<Refusals>,
     /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
@@ -132,9 +141,11 @@ impl Buffer {
             id,
             size,
             offset,
-            mem <- new_mutex!(Some(mem)),
-            // Room for a few importers, so that attaching does not allocate (docs/bench.md).
-            attachments <- new_mutex!(KVec::with_capacity(ATTACHMENTS_RESERVED, GFP_KERNEL)?),
+            state <- new_mutex!(BufState {
+                mem: Some(mem),
+                // Room for a few importers, so that attaching does not allocate (docs/bench.md).
+                attachments: KVec::with_capacity(ATTACHMENTS_RESERVED, GFP_KERNEL)?,
+            }),
             refusals <- new_mutex!(Refusals::default()),
             cpu_access: [Atomic::new(0), Atomic::new(0)],
         })
@@ -155,7 +166,7 @@ impl Buffer {
 
     /// Whether the buffer still holds device memory (it does until it is revoked).
     pub(crate) fn holds_memory(&self) -> bool {
-        self.mem.lock().is_some()
+        self.state.lock().mem.is_some()
     }
 }
 
@@ -176,12 +187,11 @@ impl Exporter for Buffer {
     /// recorded.
     fn attach(this: &Self, attach: &Attachment) -> Result {
         let dev = attach.device();
-        let map_type = {
-            let mem = this.mem.lock();
-            // The memory's provider stays valid while the allocation exists.
-            mem.as_ref().ok_or(ENODEV)?.provider().map_type(dev)
-        };
+        let mut st = this.state.lock();
+        // The memory's provider stays valid while the allocation exists.
+        let map_type = st.mem.as_ref().ok_or(ENODEV)?.provider().map_type(dev);
         if !map_type.is_supported() {
+            drop(st);
             this.refuse(
                 dev,
                 uapi::REFUSAL_NO_P2P_PATH,
@@ -207,13 +217,13 @@ impl Exporter for Buffer {
             map_type,
             last_map: None,
         };
-        this.attachments.lock().push(rec, GFP_KERNEL)?;
+        st.attachments.push(rec, GFP_KERNEL)?;
         Ok(())
     }
 
     fn detach(this: &Self, attach: &Attachment) {
         let key = core::ptr::from_ref(attach) as usize;
-        this.attachments.lock().retain(|r| r.key != key);
+        this.state.lock().attachments.retain(|r| r.key != key);
     }
 
     /// One scatter-gather entry per physically contiguous range: the buffer is one range, split
@@ -224,16 +234,14 @@ impl Exporter for Buffer {
         held: &'a ResvHeld<'a>,
         dir: DataDirection,
     ) -> Result<ExportedSgt<'a>> {
-        let sgt = {
-            let mem = this.mem.lock();
-            let mem = mem.as_ref().ok_or(ENODEV)?;
-            let range = [PhysRange::new(mem.phys_addr(), this.size)];
-            ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?
-        };
-        let shape = SgShape::of(&sgt);
+        let mut st = this.state.lock();
+        let BufState { mem, attachments } = &mut *st;
+        let mem = mem.as_ref().ok_or(ENODEV)?;
+        let range = [PhysRange::new(mem.phys_addr(), this.size)];
+        let sgt = ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?;
         let key = core::ptr::from_ref(attach) as usize;
-        if let Some(r) = this.attachments.lock().iter_mut().find(|r| r.key == key) {
-            r.last_map = Some(shape);
+        if let Some(r) = attachments.iter_mut().find(|r| r.key == key) {
+            r.last_map = Some(SgShape::of(&sgt));
         }
         Ok(sgt)
     }
@@ -274,8 +282,9 @@ impl Exporter for Buffer {
     /// Inserts the page at `vmf.pgoff()`; the abstraction calls this only while the buffer is
     /// not revoked, under the lock that revoke zaps with.
     fn fault(this: &Self, vmf: &VmFault) -> Result {
-        let mem = this.mem.lock();
-        let page = mem
+        let st = this.state.lock();
+        let page = st
+            .mem
             .as_ref()
             .ok_or(ENODEV)?
             .page(vmf.pgoff())
@@ -285,14 +294,14 @@ impl Exporter for Buffer {
     }
 
     fn vmap(this: &Self, _held: &ResvHeld<'_>) -> Result<IoSysMap> {
-        let mem = this.mem.lock();
-        Ok(IoSysMap::iomem(mem.as_ref().ok_or(ENODEV)?.as_ptr().cast()))
+        let st = this.state.lock();
+        Ok(IoSysMap::iomem(st.mem.as_ref().ok_or(ENODEV)?.as_ptr().cast()))
     }
 
     /// Called once every importer has unmapped: the memory goes back to the provider (pages
     /// that a process still maps or that I/O still pins go back when those let go).
     fn revoke(this: &Self) {
-        let mem = this.mem.lock().take();
+        let mem = this.state.lock().mem.take();
         drop(mem);
         dev_dbg!(&*this.provider.pdev, "buffer {} revoked\n", this.id);
     }
@@ -300,7 +309,7 @@ impl Exporter for Buffer {
     /// The last file reference is gone: the memory goes back to the provider now, and the
     /// provider forgets the buffer, so that its free count is exact at every moment.
     fn release(this: &Self) {
-        let mem = this.mem.lock().take();
+        let mem = this.state.lock().mem.take();
         drop(mem);
         this.provider.forget(this.id);
     }

@@ -61,7 +61,7 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 b.cpu_access[0].load(Relaxed),
                 b.cpu_access[1].load(Relaxed)
             )?;
-            for a in b.attachments.lock().iter() {
+            for a in b.state.lock().attachments.iter() {
                 write!(
                     f,
                     "  attached: {} ({})",

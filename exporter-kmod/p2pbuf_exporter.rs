@@ -322,7 +322,8 @@ fn attachment(arg: usize) -> Result {
         ..Default::default()
     };
     let found = {
-        let list = buf.attachments.lock();
+        let st = buf.state.lock();
+        let list = &st.attachments;
         out.nr_attachments = u32::try_from(list.len()).unwrap_or(u32::MAX);
         let rec = usize::try_from(a.index).ok().and_then(|i| list.get(i));
         if let Some(rec) = rec {

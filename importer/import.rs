@@ -173,19 +173,35 @@ fn dma_to_phys(dev: &device::Device, addr: u64) -> (u64, bool) {
     }
 }
 
-/// Whether `phys` is system RAM.
+/// Whether `phys` is system RAM: online memory, which device memory (a BAR, p2pdma's
+/// `ZONE_DEVICE` pages) never is.
+///
+/// `pfn_to_online_page()` looks at the memory section only; `region_intersects()`, without
+/// `CONFIG_MEMORY_HOTPLUG`, walks the resource tree, and for a BAR the whole PCI part of it
+/// (docs/bench.md, "Where the time goes").
 fn is_system_ram(phys: u64) -> bool {
-    // SAFETY: `region_intersects()` only reads the resource tree, under its own lock.
-    let r = unsafe {
-        bindings::region_intersects(
-            phys,
-            1,
-            // CAST: resource flags are `unsigned long`.
-            bindings::IORESOURCE_SYSTEM_RAM as c_ulong,
-            // CAST: `IORES_DESC_NONE` is 0, a valid `unsigned long` descriptor.
-            bindings::IORES_DESC_NONE as c_ulong,
-        )
-    };
-    // CAST: `REGION_INTERSECTS` is 0.
-    r == bindings::REGION_INTERSECTS as i32
+    #[cfg(CONFIG_MEMORY_HOTPLUG)]
+    {
+        // CAST: a physical address shifted by the page size fits a pfn (`unsigned long`).
+        let pfn = (phys >> kernel::page::PAGE_SHIFT) as c_ulong;
+        // SAFETY: `pfn_to_online_page()` takes any pfn and returns NULL for one that is not
+        // online memory; the page is not used.
+        !unsafe { bindings::pfn_to_online_page(pfn) }.is_null()
+    }
+    #[cfg(not(CONFIG_MEMORY_HOTPLUG))]
+    {
+        // SAFETY: `region_intersects()` only reads the resource tree, under its own lock.
+        let r = unsafe {
+            bindings::region_intersects(
+                phys,
+                1,
+                // CAST: resource flags are `unsigned long`.
+                bindings::IORESOURCE_SYSTEM_RAM as c_ulong,
+                // CAST: `IORES_DESC_NONE` is 0, a valid `unsigned long` descriptor.
+                bindings::IORES_DESC_NONE as c_ulong,
+            )
+        };
+        // CAST: `REGION_INTERSECTS` is 0.
+        r == bindings::REGION_INTERSECTS as i32
+    }
 }
