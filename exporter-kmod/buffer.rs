@@ -108,10 +108,12 @@ pub(crate) struct BufState {
 ///
 /// # Locks
 ///
-/// `state` and `refusals` are leaves, never held together. The abstraction calls `fault` with
-/// its fault lock held (so: `mmap_lock` -> fault lock -> `state`); `release` takes the
-/// provider's `state` after the buffer's `state` is dropped (provider `state` -> buffer `state`
-/// is the order elsewhere: `Provider::used`, debugfs).
+/// `state` and `refusals` are leaves, never held together. `state` is taken under the dma-buf
+/// reservation lock (`map`, `vmap`), under `mmap_lock` (`mmap`), and under the abstraction's
+/// fault lock (`fault`: `mmap_lock` -> fault lock -> `state`), so a page fault can wait for an
+/// `attach` that allocates a fifth attachment record; `release` takes the provider's `state`
+/// after the buffer's `state` is dropped (provider `state` -> buffer `state` is the order
+/// elsewhere: `Provider::used`, debugfs).
 #[pin_data]
 pub(crate) struct Buffer {
     pub(crate) provider: Arc<Provider>,

@@ -176,13 +176,17 @@ fn dma_to_phys(dev: &device::Device, addr: u64) -> (u64, bool) {
 /// Whether `phys` is system RAM: online memory, which device memory (a BAR, p2pdma's
 /// `ZONE_DEVICE` pages) never is.
 ///
-/// `pfn_to_online_page()` looks at the memory section only; `region_intersects()`, without
-/// `CONFIG_MEMORY_HOTPLUG`, walks the resource tree, and for a BAR the whole PCI part of it
-/// (docs/bench.md, "Where the time goes").
+/// `pfn_to_online_page()` looks at the memory section (and, for a section that mixes in device
+/// memory, at its `dev_pagemap`); `region_intersects()`, used without `CONFIG_MEMORY_HOTPLUG`,
+/// walks the resource tree, and for a BAR the whole PCI part of it (docs/bench.md, "Where the
+/// time goes"). The section test is exact to a subsection (2 MiB with `SPARSEMEM_VMEMMAP`): a
+/// BAR without `struct page`s inside a subsection that is partly RAM would count as RAM, which
+/// x86 firmware does not lay out (BARs sit in the PCI windows, away from RAM).
 fn is_system_ram(phys: u64) -> bool {
     #[cfg(CONFIG_MEMORY_HOTPLUG)]
     {
-        // CAST: a physical address shifted by the page size fits a pfn (`unsigned long`).
+        // CAST: a pfn is an `unsigned long`; the lab's kernels are 64-bit, where any physical
+        // address shifted by the page size fits.
         let pfn = (phys >> kernel::page::PAGE_SHIFT) as c_ulong;
         // SAFETY: `pfn_to_online_page()` takes any pfn and returns NULL for one that is not
         // online memory; the page is not used.
