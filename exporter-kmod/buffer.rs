@@ -297,7 +297,9 @@ impl Exporter for Buffer {
 
     fn vmap(this: &Self, _held: &ResvHeld<'_>) -> Result<IoSysMap> {
         let st = this.state.lock();
-        Ok(IoSysMap::iomem(st.mem.as_ref().ok_or(ENODEV)?.as_ptr().cast()))
+        Ok(IoSysMap::iomem(
+            st.mem.as_ref().ok_or(ENODEV)?.as_ptr().cast(),
+        ))
     }
 
     /// Called once every importer has unmapped: the memory goes back to the provider (pages
