@@ -40,6 +40,13 @@ pub(crate) struct AttachRecord {
     pub(crate) last_map: Option<SgShape>,
 }
 
+impl AttachRecord {
+    /// The key of the record of `attach`.
+    fn key_of(attach: &Attachment) -> usize {
+        core::ptr::from_ref(attach) as usize
+    }
+}
+
 /// What a scatter-gather table handed to an importer looks like (debugfs; the tests check
 /// that a buffer larger than 4 GiB is split where `sg_dma_len` (32 bits) needs it, and only
 /// there).
@@ -166,6 +173,12 @@ impl Buffer {
         }
     }
 
+    /// Takes the memory out of the buffer (revoke, release); the caller drops it after the
+    /// lock is released.
+    fn take_memory(&self) -> Option<P2pPages> {
+        self.state.lock().mem.take()
+    }
+
     /// Whether the buffer still holds device memory (it does until it is revoked).
     pub(crate) fn holds_memory(&self) -> bool {
         self.state.lock().mem.is_some()
@@ -214,7 +227,7 @@ impl Exporter for Buffer {
             );
         }
         let rec = AttachRecord {
-            key: core::ptr::from_ref(attach) as usize,
+            key: AttachRecord::key_of(attach),
             device: dev.into(),
             map_type,
             last_map: None,
@@ -224,7 +237,7 @@ impl Exporter for Buffer {
     }
 
     fn detach(this: &Self, attach: &Attachment) {
-        let key = core::ptr::from_ref(attach) as usize;
+        let key = AttachRecord::key_of(attach);
         this.state.lock().attachments.retain(|r| r.key != key);
     }
 
@@ -241,7 +254,7 @@ impl Exporter for Buffer {
         let mem = mem.as_ref().ok_or(ENODEV)?;
         let range = [PhysRange::new(mem.phys_addr(), this.size)];
         let sgt = ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?;
-        let key = core::ptr::from_ref(attach) as usize;
+        let key = AttachRecord::key_of(attach);
         if let Some(r) = attachments.iter_mut().find(|r| r.key == key) {
             r.last_map = Some(SgShape::of(&sgt));
         }
@@ -305,16 +318,14 @@ impl Exporter for Buffer {
     /// Called once every importer has unmapped: the memory goes back to the provider (pages
     /// that a process still maps or that I/O still pins go back when those let go).
     fn revoke(this: &Self) {
-        let mem = this.state.lock().mem.take();
-        drop(mem);
+        drop(this.take_memory());
         dev_dbg!(&*this.provider.pdev, "buffer {} revoked\n", this.id);
     }
 
     /// The last file reference is gone: the memory goes back to the provider now, and the
     /// provider forgets the buffer, so that its free count is exact at every moment.
     fn release(this: &Self) {
-        let mem = this.state.lock().mem.take();
-        drop(mem);
+        drop(this.take_memory());
         this.provider.forget(this.id);
     }
 }
