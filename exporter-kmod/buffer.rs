@@ -17,33 +17,68 @@ use kernel::{
     prelude::*,
     str::CString,
     sync::{
-        aref::ARef,
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
 };
 
-/// Attachments a buffer has room for without allocating (an RDMA NIC, an NVMe drive, a DMA
-/// engine: more are fine, the list grows).
-const ATTACHMENTS_RESERVED: usize = 4;
-
-/// What the exporter remembers of one attachment, for debugfs and `P2PBUF_IOCTL_ATTACHMENT`.
-pub(crate) struct AttachRecord {
-    /// Identity of the attachment (its address; never dereferenced).
-    key: usize,
-    /// The importing device (a reference, not a copy of its name: attach stays free of
-    /// allocations it does not need, docs/bench.md).
-    pub(crate) device: ARef<device::Device>,
-    /// How that device reaches the memory.
+/// What the exporter keeps of one attachment (its [`Exporter::AttachData`]), for debugfs and
+/// `P2PBUF_IOCTL_ATTACHMENT`, which read it with [`Exported::for_each_attachment`]; the
+/// importing device is the attachment's own.
+///
+/// [`Exported::for_each_attachment`]: kernel::dma_buf::export::Exported::for_each_attachment
+pub(crate) struct AttachInfo {
+    /// How the importing device reaches the memory.
     pub(crate) map_type: MapType,
     /// The scatter-gather table of the latest map for this attachment.
-    pub(crate) last_map: Option<SgShape>,
+    last_map: LastMap,
 }
 
-impl AttachRecord {
-    /// The key of the record of `attach`.
-    fn key_of(attach: &Attachment) -> usize {
-        core::ptr::from_ref(attach) as usize
+impl AttachInfo {
+    /// The shape of the latest table mapped for the attachment, if it was mapped.
+    pub(crate) fn last_map(&self) -> Option<SgShape> {
+        self.last_map.get()
+    }
+}
+
+/// An [`SgShape`] kept in atomics: written by `map` and read by
+/// [`Exported::for_each_attachment`], both under the buffer's reservation lock, so a reader
+/// never sees half of one.
+///
+/// [`Exported::for_each_attachment`]: kernel::dma_buf::export::Exported::for_each_attachment
+struct LastMap {
+    /// DMA entries; 0 until the first map (a table has at least one).
+    entries: Atomic<u32>,
+    bytes: Atomic<u64>,
+    largest: Atomic<u64>,
+    contiguous: Atomic<bool>,
+}
+
+impl LastMap {
+    fn new() -> Self {
+        Self {
+            entries: Atomic::new(0),
+            bytes: Atomic::new(0),
+            largest: Atomic::new(0),
+            contiguous: Atomic::new(false),
+        }
+    }
+
+    fn set(&self, s: SgShape) {
+        self.bytes.store(s.bytes, Relaxed);
+        self.largest.store(s.largest, Relaxed);
+        self.contiguous.store(s.contiguous, Relaxed);
+        self.entries.store(s.entries, Relaxed);
+    }
+
+    fn get(&self) -> Option<SgShape> {
+        let entries = self.entries.load(Relaxed);
+        (entries != 0).then(|| SgShape {
+            entries,
+            bytes: self.bytes.load(Relaxed),
+            largest: self.largest.load(Relaxed),
+            contiguous: self.contiguous.load(Relaxed),
+        })
     }
 }
 
@@ -95,40 +130,31 @@ pub(crate) struct Refusals {
     pub(crate) last: Option<(CString, u32, &'static CStr)>,
 }
 
-/// What a buffer's lock protects: its memory and its importers, under one lock, so that attach
-/// and map take one lock each (docs/bench.md, "Where the time goes").
-pub(crate) struct BufState {
-    /// The memory, until revoke or release.
-    mem: Option<P2pPages>,
-    /// One record per attachment, in the order they were made.
-    pub(crate) attachments: KVec<AttachRecord>,
-}
-
 /// The exporter's data of one buffer.
 ///
 /// # Invariants
 ///
-/// `state.mem`, while `Some`, holds `size` bytes of `provider`'s memory starting at `offset`
+/// `mem`, while `Some`, holds `size` bytes of `provider`'s memory starting at `offset`
 /// into its BAR. It becomes `None` in [`Exporter::revoke`], after every importer has unmapped
 /// and every userspace mapping was zapped, or in [`Exporter::release`], when no file reference
 /// is left.
 ///
 /// # Locks
 ///
-/// `state` and `refusals` are leaves, never held together. `state` is taken under the dma-buf
+/// `mem` and `refusals` are leaves, never held together. `mem` is taken under the dma-buf
 /// reservation lock (`map`, `vmap`), under `mmap_lock` (`mmap`), and under the abstraction's
-/// fault lock (`fault`: `mmap_lock` -> fault lock -> `state`), so a page fault can wait for an
-/// `attach` that allocates a fifth attachment record; `release` takes the provider's `state`
-/// after the buffer's `state` is dropped (provider `state` -> buffer `state` is the order
-/// elsewhere: `Provider::used`, debugfs).
+/// fault lock (`fault`: `mmap_lock` -> fault lock -> `mem`); `release` takes the provider's
+/// `state` after `mem` is dropped (provider `state` -> `mem` is the order elsewhere:
+/// `Provider::used`; debugfs takes provider `state` -> the reservation lock).
 #[pin_data]
 pub(crate) struct Buffer {
     pub(crate) provider: Arc<Provider>,
     pub(crate) id: u64,
     pub(crate) size: usize,
     pub(crate) offset: u64,
+    /// The memory, until revoke or release.
     #[pin]
-    pub(crate) state: Mutex<BufState>,
+    mem: Mutex<Option<P2pPages>>,
     #[pin]
     pub(crate) refusals: Mutex<Refusals>,
     /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
@@ -150,11 +176,7 @@ impl Buffer {
             id,
             size,
             offset,
-            state <- new_mutex!(BufState {
-                mem: Some(mem),
-                // Room for a few importers, so that attaching does not allocate (docs/bench.md).
-                attachments: KVec::with_capacity(ATTACHMENTS_RESERVED, GFP_KERNEL)?,
-            }),
+            mem <- new_mutex!(Some(mem)),
             refusals <- new_mutex!(Refusals::default()),
             cpu_access: [Atomic::new(0), Atomic::new(0)],
         })
@@ -176,12 +198,12 @@ impl Buffer {
     /// Takes the memory out of the buffer (revoke, release); the caller drops it after the
     /// lock is released.
     fn take_memory(&self) -> Option<P2pPages> {
-        self.state.lock().mem.take()
+        self.mem.lock().take()
     }
 
     /// Whether the buffer still holds device memory (it does until it is revoked).
     pub(crate) fn holds_memory(&self) -> bool {
-        self.state.lock().mem.is_some()
+        self.mem.lock().is_some()
     }
 }
 
@@ -196,17 +218,19 @@ impl Exporter for Buffer {
     /// as it likes) before `attach` is called.
     const DEVICE_MEMORY: bool = true;
 
+    type AttachData = AttachInfo;
+
     /// Decides per importer, from the p2pdma map type between the provider and the importing
     /// device: through a common switch (bus addresses) and through the host bridge (the DMA
     /// API and the IOMMU) both work; everything else gets `EOPNOTSUPP`, and the reason is
     /// recorded.
-    fn attach(this: &Self, attach: &Attachment) -> Result {
+    fn attach(this: &Self, attach: &Attachment) -> Result<AttachInfo> {
         let dev = attach.device();
-        let mut st = this.state.lock();
+        let mem = this.mem.lock();
         // The memory's provider stays valid while the allocation exists.
-        let map_type = st.mem.as_ref().ok_or(ENODEV)?.provider().map_type(dev);
+        let map_type = mem.as_ref().ok_or(ENODEV)?.provider().map_type(dev);
+        drop(mem);
         if !map_type.is_supported() {
-            drop(st);
             this.refuse(
                 dev,
                 uapi::REFUSAL_NO_P2P_PATH,
@@ -226,19 +250,10 @@ impl Exporter for Buffer {
                 map_type.name().to_str().unwrap_or("?")
             );
         }
-        let rec = AttachRecord {
-            key: AttachRecord::key_of(attach),
-            device: dev.into(),
+        Ok(AttachInfo {
             map_type,
-            last_map: None,
-        };
-        st.attachments.push(rec, GFP_KERNEL)?;
-        Ok(())
-    }
-
-    fn detach(this: &Self, attach: &Attachment) {
-        let key = AttachRecord::key_of(attach);
-        this.state.lock().attachments.retain(|r| r.key != key);
+            last_map: LastMap::new(),
+        })
     }
 
     /// One scatter-gather entry per physically contiguous range: the buffer is one range, split
@@ -246,18 +261,15 @@ impl Exporter for Buffer {
     fn map<'a>(
         this: &Self,
         attach: &'a Attachment,
+        info: &AttachInfo,
         held: &'a ResvHeld<'a>,
         dir: DataDirection,
     ) -> Result<ExportedSgt<'a>> {
-        let mut st = this.state.lock();
-        let BufState { mem, attachments } = &mut *st;
+        let mem = this.mem.lock();
         let mem = mem.as_ref().ok_or(ENODEV)?;
         let range = [PhysRange::new(mem.phys_addr(), this.size)];
         let sgt = ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?;
-        let key = AttachRecord::key_of(attach);
-        if let Some(r) = attachments.iter_mut().find(|r| r.key == key) {
-            r.last_map = Some(SgShape::of(&sgt));
-        }
+        info.last_map.set(SgShape::of(&sgt));
         Ok(sgt)
     }
 
@@ -297,9 +309,8 @@ impl Exporter for Buffer {
     /// Inserts the page at `vmf.pgoff()`; the abstraction calls this only while the buffer is
     /// not revoked, under the lock that revoke zaps with.
     fn fault(this: &Self, vmf: &VmFault) -> Result {
-        let st = this.state.lock();
-        let page = st
-            .mem
+        let mem = this.mem.lock();
+        let page = mem
             .as_ref()
             .ok_or(ENODEV)?
             .page(vmf.pgoff())
@@ -309,10 +320,8 @@ impl Exporter for Buffer {
     }
 
     fn vmap(this: &Self, _held: &ResvHeld<'_>) -> Result<IoSysMap> {
-        let st = this.state.lock();
-        Ok(IoSysMap::iomem(
-            st.mem.as_ref().ok_or(ENODEV)?.as_ptr().cast(),
-        ))
+        let mem = this.mem.lock();
+        Ok(IoSysMap::iomem(mem.as_ref().ok_or(ENODEV)?.as_ptr().cast()))
     }
 
     /// Called once every importer has unmapped: the memory goes back to the provider (pages

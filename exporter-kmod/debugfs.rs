@@ -4,9 +4,9 @@
 //! device and map type) and map/unmap counts, revoked buffers, and recent refusals with their
 //! reason.
 
-use crate::PROVIDERS;
+use crate::{buffer::AttachInfo, PROVIDERS};
 use core::fmt;
-use kernel::{debugfs, prelude::*, sync::atomic::Relaxed};
+use kernel::{debugfs, dma_buf::Attachment, prelude::*, sync::atomic::Relaxed};
 
 /// The debugfs directory and its files; removed when dropped.
 pub(crate) struct Files {
@@ -61,32 +61,50 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 b.cpu_access[0].load(Relaxed),
                 b.cpu_access[1].load(Relaxed)
             )?;
-            for a in b.state.lock().attachments.iter() {
-                write!(
-                    f,
-                    "  attached: {} ({})",
-                    a.device.name().to_str().unwrap_or("?"),
-                    a.map_type.name().to_str().unwrap_or("?")
-                )?;
-                match a.last_map {
-                    Some(m) => writeln!(
-                        f,
-                        ", mapped: {} sg entries, {} bytes, largest {}, {}",
-                        m.entries,
-                        m.bytes,
-                        m.largest,
-                        if m.contiguous {
-                            "contiguous"
-                        } else {
-                            "not contiguous"
-                        }
-                    )?,
-                    None => writeln!(f)?,
+            // The reservation lock is taken under the provider's lock; a signal skips the
+            // attachments of this buffer, and a revoke (which may wait for fences with that
+            // lock held) is not waited for: reading this file never hangs behind one.
+            let mut res = Ok(());
+            let walked = b.for_each_attachment(|att, info| {
+                if res.is_ok() {
+                    res = attachment(f, att, info);
                 }
+            });
+            res?;
+            if walked == Err(EBUSY) {
+                writeln!(
+                    f,
+                    "  attachments: not shown while the buffer is being revoked"
+                )?;
             }
         }
     }
     Ok(())
+}
+
+/// One line of `buffers` per attachment.
+fn attachment(f: &mut fmt::Formatter<'_>, att: &Attachment, info: &AttachInfo) -> fmt::Result {
+    write!(
+        f,
+        "  attached: {} ({})",
+        att.device().name().to_str().unwrap_or("?"),
+        info.map_type.name().to_str().unwrap_or("?")
+    )?;
+    match info.last_map() {
+        Some(m) => writeln!(
+            f,
+            ", mapped: {} sg entries, {} bytes, largest {}, {}",
+            m.entries,
+            m.bytes,
+            m.largest,
+            if m.contiguous {
+                "contiguous"
+            } else {
+                "not contiguous"
+            }
+        ),
+        None => writeln!(f),
+    }
 }
 
 impl Files {

@@ -321,22 +321,23 @@ fn attachment(arg: usize) -> Result {
         index: a.index,
         ..Default::default()
     };
-    let found = {
-        let st = buf.state.lock();
-        let list = &st.attachments;
-        out.nr_attachments = u32::try_from(list.len()).unwrap_or(u32::MAX);
-        let rec = usize::try_from(a.index).ok().and_then(|i| list.get(i));
-        if let Some(rec) = rec {
-            out.map_type = match rec.map_type {
+    // Attachments are numbered in the order they were made.
+    let want = usize::try_from(a.index).ok();
+    let (mut i, mut found) = (0, false);
+    let count = buf.for_each_attachment(|att, info| {
+        if want == Some(i) {
+            found = true;
+            out.map_type = match info.map_type {
                 MapType::BusAddr => uapi::DMA_MAP_BUS_ADDR,
                 MapType::ThruHostBridge => uapi::DMA_MAP_THRU_HOST_BRIDGE,
                 // `Buffer::attach` refuses every other map type.
                 MapType::NotSupported => 0,
             };
-            uapi::copy_cstr(&mut out.device, rec.device.name().to_bytes());
+            uapi::copy_cstr(&mut out.device, att.device().name().to_bytes());
         }
-        rec.is_some()
-    };
+        i += 1;
+    })?;
+    out.nr_attachments = u32::try_from(count).unwrap_or(u32::MAX);
     // The count is written back with `ENOENT` too: that is how a caller learns it.
     uapi::write_arg(arg, size, &out)?;
     if found {

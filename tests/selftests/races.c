@@ -1670,10 +1670,11 @@ struct op {
 	double secs;
 };
 
-enum { OP_REVOKE, OP_INFO, OP_ALLOC, OP_MMAP, OP_DEBUGFS, OP_CLOSE };
+enum { OP_REVOKE, OP_INFO, OP_ALLOC, OP_MMAP, OP_DEBUGFS, OP_CLOSE, OP_ATTACHMENT };
 
 static int op_body(int kind, int p2p, int fd)
 {
+	struct p2pbuf_attachment att;
 	char buf[4096];
 	void *m;
 	int r, dfd;
@@ -1704,6 +1705,12 @@ static int op_body(int kind, int p2p, int fd)
 		return r < 0 ? -errno : 0;
 	case OP_CLOSE:
 		return close(fd) ? -errno : 0;
+	case OP_ATTACHMENT:
+		memset(&att, 0, sizeof(att));
+		att.size = sizeof(att);
+		att.fd = fd;
+		/* Nobody is attached: -ENOENT is the answer once it can be given. */
+		return ioctl(p2p, P2PBUF_IOCTL_ATTACHMENT, &att) ? -errno : 0;
 	}
 	return -EINVAL;
 }
@@ -1763,14 +1770,16 @@ static int op_wait(struct op *o, double secs)
  * M2: while a REVOKE waits for a fence of the buffer (without limit, uninterruptibly), the
  * rest of the exporter keeps working: PROVIDER_INFO, ALLOC of another buffer and a debugfs
  * read return within 3 s, and so does an mmap() of the buffer being revoked (with ENODEV: it
- * is revoked). Needs CONFIG_SW_SYNC for a fence that userspace controls.
+ * is revoked) and ATTACHMENT of it (with EBUSY: its attachments are walked under the lock
+ * the revoke holds while it waits). Needs CONFIG_SW_SYNC for a fence that userspace controls.
  */
 TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 {
-	struct op rev, ops[4];
-	const char *names[4] = { "PROVIDER_INFO", "ALLOC (another buffer)",
-				 "mmap() of the buffer being revoked", "read of debugfs p2pbuf/buffers" };
-	const int kinds[4] = { OP_INFO, OP_ALLOC, OP_MMAP, OP_DEBUGFS };
+	struct op rev, ops[5];
+	const char *names[5] = { "PROVIDER_INFO", "ALLOC (another buffer)",
+				 "mmap() of the buffer being revoked", "read of debugfs p2pbuf/buffers",
+				 "ATTACHMENT of the buffer being revoked" };
+	const int kinds[5] = { OP_INFO, OP_ALLOC, OP_MMAP, OP_DEBUGFS, OP_ATTACHMENT };
 	int x, blocked = 0, waited = 0;
 
 	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
@@ -1789,9 +1798,9 @@ TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 			       strerror(-rev.result));
 	} else {
 		waited = 1;
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 5; i++)
 			op_start(self, &ops[i], names[i], kinds[i], x, -1);
-		for (int i = 0; i < 4; i++) {
+		for (int i = 0; i < 5; i++) {
 			double left = ops[i].secs + 3.0 - now();
 
 			if (!op_wait(&ops[i], left > 0 ? left : 0)) {
@@ -1806,10 +1815,13 @@ TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 	EXPECT_EQ(0, rev.result);
 	if (!waited)
 		goto out;
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 5; i++) {
 		EXPECT_TRUE(op_wait(&ops[i], 20)) TH_LOG("%s never returned", names[i]);
 		if (kinds[i] == OP_MMAP) {
 			EXPECT_EQ(-ENODEV, ops[i].result) TH_LOG("%s", names[i]);
+		} else if (kinds[i] == OP_ATTACHMENT) {
+			/* Answered at once, without waiting behind the revoke. */
+			EXPECT_EQ(-EBUSY, ops[i].result) TH_LOG("%s", names[i]);
 		} else {
 			EXPECT_EQ(0, ops[i].result) TH_LOG("%s: %s", names[i], strerror(-ops[i].result));
 		}

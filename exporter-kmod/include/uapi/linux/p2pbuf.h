@@ -216,7 +216,9 @@ struct p2pbuf_refusal {
  *
  * The route is the exporter's knowledge: importers see only their DMA addresses (see
  * struct p2pbuf_dma_import.map_type). Attachments come and go; an @index read twice may
- * name another device.
+ * name another device. -EBUSY while the buffer is being revoked (a revoke may wait for the
+ * buffer's fences: the ioctl does not wait behind it; ask again once REVOKE returned);
+ * -EINTR if a signal came while it waited for the buffer's reservation lock.
  */
 struct p2pbuf_attachment {
 	__u32 size;
