@@ -41,9 +41,9 @@ impl AttachInfo {
     }
 }
 
-/// An [`SgShape`] kept in atomics: written by `map` and read by
-/// [`Exported::for_each_attachment`], both under the buffer's reservation lock, so a reader
-/// never sees half of one.
+/// An [`SgShape`] that the shared [`AttachInfo`] can hold: written by `map` and read by
+/// [`Exported::for_each_attachment`], both under the buffer's reservation lock, which keeps a
+/// reader from seeing half of one (the atomics only make it `Sync`).
 ///
 /// [`Exported::for_each_attachment`]: kernel::dma_buf::export::Exported::for_each_attachment
 struct LastMap {

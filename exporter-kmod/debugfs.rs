@@ -40,10 +40,11 @@ fn providers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    for (_, p) in PROVIDERS.lock().iter() {
-        let s = p.state.lock();
-        for e in s.buffers.iter() {
-            let b = &e.buf;
+    // Handles are taken under the locks and read without them: the walk of a buffer's
+    // attachments takes its reservation lock, which an importer may hold for long.
+    let providers = PROVIDERS.lock().clone_ids().map_err(|_| fmt::Error)?;
+    for (_, p) in providers.iter() {
+        for b in p.buffer_handles().map_err(|_| fmt::Error)?.iter() {
             let st = b.stats();
             writeln!(
                 f,
@@ -61,9 +62,8 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 b.cpu_access[0].load(Relaxed),
                 b.cpu_access[1].load(Relaxed)
             )?;
-            // The reservation lock is taken under the provider's lock; a signal skips the
-            // attachments of this buffer, and a revoke (which may wait for fences with that
-            // lock held) is not waited for: reading this file never hangs behind one.
+            // A revoke (which may wait for fences with the reservation lock held) is not
+            // waited for, and a signal ends the wait for that lock.
             let mut res = Ok(());
             let walked = b.for_each_attachment(|att, info| {
                 if res.is_ok() {
@@ -71,11 +71,12 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 }
             });
             res?;
-            if walked == Err(EBUSY) {
-                writeln!(
-                    f,
-                    "  attachments: not shown while the buffer is being revoked"
-                )?;
+            match walked {
+                Err(e) if e == EBUSY => {
+                    writeln!(f, "  attachments: not shown, the buffer is being revoked")?
+                }
+                Err(_) => writeln!(f, "  attachments: not shown, interrupted")?,
+                Ok(_) => {}
             }
         }
     }

@@ -198,6 +198,17 @@ impl Provider {
         drop(gone);
     }
 
+    /// Handles on the buffers the provider tracks, for readers that must not hold the
+    /// provider's lock while they look at them (debugfs).
+    pub(crate) fn buffer_handles(&self) -> Result<KVec<Exported<Buffer>>> {
+        let state = self.state.lock();
+        let mut v = KVec::with_capacity(state.buffers.len(), GFP_KERNEL)?;
+        for e in state.buffers.iter() {
+            v.push(e.buf.clone(), GFP_KERNEL)?;
+        }
+        Ok(v)
+    }
+
     /// The buffer behind `dmabuf`, if it is one of ours.
     pub(crate) fn find(&self, dmabuf: &DmaBuf) -> Option<Exported<Buffer>> {
         let key = dmabuf.as_raw() as usize;
