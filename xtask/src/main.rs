@@ -163,6 +163,11 @@ enum Cmd {
         /// Repetitions per point (passed to each benchmark program as `argv[1]`).
         #[arg(long, default_value_t = 5)]
         reps: u32,
+        /// VM runs (boots), each measuring every kind side by side: the tables pool their
+        /// samples and README.md shows each run's ratio, which differ by more than one run's
+        /// spread shows.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
         /// Where to write the results.
         #[arg(long, default_value = "results")]
         out: PathBuf,
@@ -334,6 +339,7 @@ fn real_main(cli: Cli) -> Result<()> {
             build,
             vm,
             reps,
+            runs,
             out,
             timeout,
             filter,
@@ -367,30 +373,56 @@ fn real_main(cli: Cli) -> Result<()> {
             if let Some(f) = &filter {
                 cfg.append.push(format!("p2pbuf.bench={f}"));
             }
-            heading(&format!(
-                "bench: booting the lab ({reps} repetitions per size)"
-            ));
             let t = Duration::from_secs(timeout);
-            let w = vmrun::Watch::new("bench", t, vmrun::Show::Progress);
-            let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
-            println!(
-                "    boot to init: {}; whole run: {:.1}s",
-                o.boot_to_init
-                    .map(|b| format!("{:.1}s", b.as_secs_f64()))
-                    .unwrap_or_else(|| "not seen".into()),
-                o.wall.as_secs_f64()
-            );
-            let rep = bench::write_results(&o.parser.lines, &out, reps, Some(&kernel))
-                .with_context(|| format!("console log: {}", o.console_log.display()))?;
+            // Every run's lines, each run's after a `# run N` line; the programs' whole output
+            // (diagnostics, progress, trace-* call graphs) of every run, for serial.txt.
+            let (mut lines, mut serial_text, mut trouble) = (vec![], String::new(), vec![]);
+            let mut console_log = None;
+            for run in 1..=runs {
+                heading(&format!(
+                    "bench: booting the lab ({reps} repetitions per size{})",
+                    if runs > 1 {
+                        format!(", run {run} of {runs}")
+                    } else {
+                        String::new()
+                    }
+                ));
+                let w = vmrun::Watch::new("bench", t, vmrun::Show::Progress);
+                let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+                println!(
+                    "    boot to init: {}; whole run: {:.1}s",
+                    o.boot_to_init
+                        .map(|b| format!("{:.1}s", b.as_secs_f64()))
+                        .unwrap_or_else(|| "not seen".into()),
+                    o.wall.as_secs_f64()
+                );
+                if runs > 1 {
+                    lines.push(format!("{}{run}", bench::RUN_LINE));
+                    serial_text.push_str(&format!("{}{run}\n", bench::RUN_LINE));
+                }
+                lines.extend(o.parser.lines);
+                serial_text.push_str(&std::fs::read_to_string(&files.results).with_context(
+                    || format!("reading the VM's output {}", files.results.display()),
+                )?);
+                if !o.problems.is_empty() || o.timed_out {
+                    trouble.push(format!("run {run}: {}", o.console_log.display()));
+                }
+                console_log = Some(o.console_log);
+            }
+            let rep =
+                bench::write_results(&lines, &out, reps, Some(&kernel)).with_context(|| {
+                    match &console_log {
+                        Some(l) => format!("console log of the last run: {}", l.display()),
+                        None => "no run".to_string(),
+                    }
+                })?;
             bench_summary(&rep, &out);
-            // The programs' whole output (diagnostics, progress, trace-* call graphs), beside
-            // the protocol lines of raw.txt.
             let serial = out.join("serial.txt");
-            std::fs::copy(&files.results, &serial)
-                .with_context(|| format!("copying the VM's output to {}", serial.display()))?;
+            std::fs::write(&serial, serial_text)
+                .with_context(|| format!("writing the VMs' output to {}", serial.display()))?;
             println!("    the programs' whole output: {}", serial.display());
             let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
-            if !o.problems.is_empty() || o.timed_out || !failed.is_empty() {
+            if !trouble.is_empty() || !failed.is_empty() {
                 bail!(
                     "the bench run hit trouble{} (see {})",
                     if failed.is_empty() {
@@ -398,7 +430,11 @@ fn real_main(cli: Cli) -> Result<()> {
                     } else {
                         format!(": {} failed", failed.join(", "))
                     },
-                    o.console_log.display()
+                    if trouble.is_empty() {
+                        "raw.txt and serial.txt".to_string()
+                    } else {
+                        trouble.join(", ")
+                    }
                 );
             }
             Ok(())
@@ -452,6 +488,14 @@ fn bench_summary(rep: &bench::Report, out: &std::path::Path) {
     println!("    kernel: {}", rep.kernel);
     for l in bench::summary_lines(&rep.benches) {
         println!("    {l}");
+    }
+    if !rep.spread.is_empty() {
+        println!(
+            "    ratio of each VM run (bench | metric | ratio | x | each run | median | range):"
+        );
+        for row in &rep.spread {
+            println!("    {row}");
+        }
     }
     for p in rep.failed() {
         println!(

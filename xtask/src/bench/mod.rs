@@ -38,6 +38,9 @@ pub use tables::*;
 /// The line of `raw.txt` that records the kernel of the run (before the protocol lines).
 pub(crate) const KERNEL_LINE: &str = "# kernel ";
 
+/// The line of `raw.txt` that starts the lines of one VM run of `cargo xtask bench --runs N`.
+pub(crate) const RUN_LINE: &str = "# run ";
+
 /// What the results say about a kernel that no `# kernel` line recorded.
 pub(crate) const KERNEL_UNKNOWN: &str =
     "not recorded (raw lines from before xtask recorded the kernel)";
@@ -87,6 +90,72 @@ pub fn programs(lines: &[String]) -> Vec<Program> {
     out
 }
 
+/// The lines of each VM run, split at the `# run N` lines that `--runs N` writes; only parts
+/// with samples count (lines before the first marker are a run of their own if they have
+/// some).
+pub fn runs(lines: &[String]) -> Vec<&[String]> {
+    let mut start = 0;
+    let mut parts: Vec<&[String]> = vec![];
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim().starts_with(RUN_LINE) {
+            parts.push(&lines[start..i]);
+            start = i + 1;
+        }
+    }
+    parts.push(&lines[start..]);
+    parts
+        .into_iter()
+        .filter(|run| {
+            run.iter()
+                .any(|l| matches!(parse_line(l), Some(Line::Sample(_))))
+        })
+        .collect()
+}
+
+/// With more than one VM run: a Markdown table row per (bench, metric, compared kind, x) with
+/// the ratio of each run, their median and range, which says how far the ratio of a single
+/// run can be trusted (runs of the same code differ by more than their IQRs show: a boot's
+/// placement of memory and code). Empty for one run.
+pub fn run_spread(lines: &[String]) -> Vec<String> {
+    let runs = runs(lines);
+    if runs.len() < 2 {
+        return vec![];
+    }
+    let parse = |ls: &[String]| -> Vec<Line> { ls.iter().filter_map(|l| parse_line(l)).collect() };
+    let per_run: Vec<Vec<Bench>> = runs.iter().map(|r| aggregate(&parse(r))).collect();
+    let mut out = vec![];
+    for b in aggregate(&parse(lines)) {
+        let Some(base) = b.baseline.as_deref().filter(|_| b.has_baseline()) else {
+            continue;
+        };
+        for m in &b.metrics {
+            for k in b.compared() {
+                for x in &b.xs {
+                    let rs: Vec<f64> = per_run
+                        .iter()
+                        .filter_map(|bs| bs.iter().find(|c| c.name == b.name)?.ratio(k, x, &m.name))
+                        .collect();
+                    let Some(s) = Stats::of(&rs).filter(|s| s.n >= 2) else {
+                        continue;
+                    };
+                    let each: Vec<String> = rs.iter().map(|r| num(*r)).collect();
+                    out.push(format!(
+                        "| `{}` | {} | {k}/{base} | {} | {} | {} | {}–{} |",
+                        b.name,
+                        m.name,
+                        b.x_label(x),
+                        each.join(", "),
+                        num(s.median),
+                        num(s.min),
+                        num(s.max)
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// One line per (bench, metric, compared kind): the ratios along the sweep.
 pub fn summary_lines(benches: &[Bench]) -> Vec<String> {
     let mut out = vec![];
@@ -130,12 +199,26 @@ pub fn summary_lines(benches: &[Bench]) -> Vec<String> {
     out
 }
 
-/// The index of a results directory. `kernel` says which kernel produced the figures.
-pub fn index(benches: &[Bench], progs: &[Program], when: &str, reps: u32, kernel: &str) -> String {
+/// The index of a results directory. `kernel` says which kernel produced the figures; `runs`
+/// is how many VM runs the samples come from, `spread` the rows of [`run_spread`].
+pub fn index(
+    benches: &[Bench],
+    progs: &[Program],
+    when: &str,
+    reps: u32,
+    kernel: &str,
+    runs: usize,
+    spread: &[String],
+) -> String {
+    let runs_words = if runs > 1 {
+        format!("{runs} VM runs (the tables pool their samples; the ratio of each run is below)")
+    } else {
+        "one VM run".to_string()
+    };
     let mut md = format!(
-        "# Benchmark results\n\n`cargo xtask bench`, {when}, {reps} repetitions per point, one VM \
-         run (QEMU TCG: the numbers compare paths measured side by side, they are not hardware \
-         speeds). Method and protocol: `docs/bench.md` in the repository. Raw lines: \
+        "# Benchmark results\n\n`cargo xtask bench`, {when}, {reps} repetitions per point, \
+         {runs_words} (QEMU TCG: the numbers compare paths measured side by side, they are not \
+         hardware speeds). Method and protocol: `docs/bench.md` in the repository. Raw lines: \
          [raw.txt](raw.txt).\n\nKernel: {kernel}.\n\n## Benchmarks\n\n\
          | bench | what | baseline | compared | metrics | table | plot |\n|---|---|---|---|---|---|---|\n"
     );
@@ -163,6 +246,16 @@ pub fn index(benches: &[Bench], progs: &[Program], when: &str, reps: u32, kernel
     md.push_str("\n## Ratios (median of the kind / median of the baseline, along the sweep)\n\n");
     for l in summary_lines(benches) {
         let _ = writeln!(md, "- {l}");
+    }
+    if !spread.is_empty() {
+        md.push_str(
+            "\n## Ratio per VM run\n\nEach run measures both kinds side by side; the spread \
+             of the runs' ratios is how far the ratio of one run can be trusted.\n\n\
+             | bench | metric | ratio | x | each run | median | range |\n|---|---|---|---|---|---|---|\n",
+        );
+        for row in spread {
+            let _ = writeln!(md, "{row}");
+        }
     }
     md.push_str("\n## Programs\n\n| program | exit status |\n|---|---|\n");
     for p in progs {
@@ -195,6 +288,8 @@ pub struct Report {
     pub files: Vec<String>,
     /// The kernel the results say produced them.
     pub kernel: String,
+    /// With several VM runs: the rows of [`run_spread`].
+    pub spread: Vec<String>,
 }
 
 impl Report {
@@ -265,9 +360,18 @@ pub fn write_results(
         files.push(format!("{f}.md"));
         files.push(format!("{f}.svg"));
     }
+    let spread = run_spread(lines);
     fs::write(
         out.join("README.md"),
-        index(&benches, &progs, &utc_now(), reps, &kernel),
+        index(
+            &benches,
+            &progs,
+            &utc_now(),
+            reps,
+            &kernel,
+            runs(lines).len(),
+            &spread,
+        ),
     )?;
     let mut raw = format!("{KERNEL_LINE}{kernel}\n");
     raw.extend(
@@ -275,7 +379,7 @@ pub fn write_results(
             .iter()
             .filter(|l| {
                 let t = l.trim();
-                parse_line(t).is_some() || t.starts_with("# bench ")
+                parse_line(t).is_some() || t.starts_with("# bench ") || t.starts_with(RUN_LINE)
             })
             .map(|l| format!("{}\n", l.trim())),
     );
@@ -287,6 +391,7 @@ pub fn write_results(
         programs: progs,
         files,
         kernel,
+        spread,
     })
 }
 
@@ -556,10 +661,55 @@ mod tests {
             "now",
             3,
             "Linux 7.2.13 + test",
+            1,
+            &[],
         );
         assert!(idx.contains("| rdma.sh | 1 (failed"), "{idx}");
         assert!(idx.contains("| nvme | did not finish |"), "{idx}");
         assert!(idx.contains("[x.md](x.md)"), "{idx}");
+    }
+
+    #[test]
+    fn runs_are_split_at_their_markers_and_their_ratios_compared() {
+        let lines: Vec<String> = [
+            "BENCHINFO m baseline=base x=size",
+            "# run 1",
+            "BENCH m kind=base size=4096 rep=0 t_us=10",
+            "BENCH m kind=new size=4096 rep=0 t_us=12",
+            "# run 2",
+            "[ 1.0] a console line",
+            "BENCH m kind=base size=4096 rep=0 t_us=10",
+            "BENCH m kind=new size=4096 rep=0 t_us=11",
+            "# run 3",
+            "# run 4",
+            "BENCH m kind=base size=4096 rep=0 t_us=8",
+            "BENCH m kind=new size=4096 rep=0 t_us=12",
+        ]
+        .map(String::from)
+        .to_vec();
+        // The BENCHINFO line before the first marker holds no samples: not a run; nor is the
+        // empty run 3.
+        let rs = runs(&lines);
+        assert_eq!(rs.len(), 3);
+        assert_eq!(rs[1].len(), 3);
+        let spread = run_spread(&lines);
+        assert_eq!(
+            spread,
+            ["| `m` | t_us | new/base | 4 KiB | 1.20, 1.10, 1.50 | 1.20 | 1.10–1.50 |"]
+        );
+        // One run: nothing to compare.
+        assert!(run_spread(&lines[..5]).is_empty());
+        let idx = index(
+            &benches(&["BENCH x kind=a rep=0 t=1"]),
+            &[],
+            "now",
+            1,
+            "k",
+            3,
+            &spread,
+        );
+        assert!(idx.contains("3 VM runs"), "{idx}");
+        assert!(idx.contains("## Ratio per VM run"), "{idx}");
     }
 
     #[test]
