@@ -2,10 +2,10 @@
 /*
  * The in-tree user of the Rust dma-buf exporter: samples/rust/rust_dma_buf_exporter.rs (series
  * 4, last patch), bound to the lab's ivshmem device in place of p2pbuf_exporter. Its one ioctl
- * and every errno it documents, data through the edu DMA engine (p2pbuf_importer) into and out
- * of its device memory, exhaustion and release, and the revoke on unbind, with importers
- * attached, with exports racing the unbind and with opens of its misc device racing it. The
- * device goes back to p2pbuf_exporter after every test.
+ * and every errno it documents, its refusal of a second device, data through the edu DMA engine
+ * (p2pbuf_importer) into and out of its device memory, exhaustion and release, and the revoke on
+ * unbind, with importers attached, with exports racing the unbind and with opens of its misc
+ * device racing it. The device goes back to p2pbuf_exporter after every test.
  *
  * Its name makes it run before engine_large on the engine boot: exporting the whole BAR zeroes
  * it, which would wipe the pattern that engine_large leaves there for the host's check of the
@@ -30,6 +30,7 @@
 #define SAMPLE_DEV "/dev/rust-dma-buf-exporter"
 #define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
 #define DMA_DEV "/dev/p2pbuf-dma"
+#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
 #define PAGE 4096UL
 
 /* The sample's uAPI, as its module documentation gives it. */
@@ -132,6 +133,40 @@ TEST_F(sample, bad_arguments)
 	/* After all that, the whole BAR is still free. */
 	fd = sample_export(self->dev, self->bar, 0);
 	ASSERT_LE(0, fd) TH_LOG("export of the whole BAR: %s", strerror(-fd));
+	close(fd);
+}
+
+/*
+ * The sample drives one device (its misc device's name is fixed): a second device bound to it is
+ * refused with EBUSY, and the first goes on working. The lab has one ivshmem, so the second
+ * device is the edu engine, moved from p2pbuf_importer with driver_override for the test (the
+ * claim is the first thing the sample's probe does: the device is never touched).
+ */
+TEST_F(sample, second_device_busy)
+{
+	char edu[64], override[512], bound_path[512];
+	int bound, r, fd;
+
+	if (p2pbuf_pci_find("0x1234", "0x11e8", edu, sizeof(edu)))
+		SKIP(return, "no edu device in this VM");
+	snprintf(override, sizeof(override), "/sys/bus/pci/devices/%s/driver_override", edu);
+	snprintf(bound_path, sizeof(bound_path), IMPORTER_DRV "/%s", edu);
+	bound = access(bound_path, F_OK) == 0;
+	if (bound) {
+		r = sysfs_write(IMPORTER_DRV "/unbind", edu);
+		ASSERT_EQ(0, r) TH_LOG("unbind %s from p2pbuf_importer: %s", edu, strerror(-r));
+	}
+	EXPECT_EQ(0, sysfs_write(override, SAMPLE));
+	r = sysfs_write(SAMPLE_DRV "/bind", edu);
+	/* The engine goes back to its driver before anything is checked. */
+	EXPECT_EQ(0, sysfs_write(override, "\n"));
+	if (r == 0)
+		EXPECT_EQ(0, sysfs_write(SAMPLE_DRV "/unbind", edu));
+	if (bound)
+		EXPECT_EQ(0, sysfs_write(IMPORTER_DRV "/bind", edu));
+	EXPECT_EQ(-EBUSY, r) TH_LOG("bind of a second device: %s", strerror(-r));
+	fd = sample_export(self->dev, PAGE, 0);
+	ASSERT_LE(0, fd) TH_LOG("export after the refused bind: %s", strerror(-fd));
 	close(fd);
 }
 
