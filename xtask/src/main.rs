@@ -166,7 +166,8 @@ enum Cmd {
         /// VM runs (boots), each measuring every kind side by side: the tables pool their
         /// samples and README.md shows each run's ratio, which differ by more than one run's
         /// spread shows.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100),
+              conflicts_with = "from_raw")]
         runs: u32,
         /// Where to write the results.
         #[arg(long, default_value = "results")]
@@ -387,8 +388,22 @@ fn real_main(cli: Cli) -> Result<()> {
                         String::new()
                     }
                 ));
-                let w = vmrun::Watch::new("bench", t, vmrun::Show::Progress);
-                let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
+                // A console log per run (logs/console-bench-runN.log with several).
+                let label = if runs > 1 {
+                    format!("bench-run{run}")
+                } else {
+                    "bench".to_string()
+                };
+                let w = vmrun::Watch::new(label, t, vmrun::Show::Progress);
+                let o = match vmrun::boot_and_watch(&ctx, &cfg, &files, &w) {
+                    Ok(o) => o,
+                    // The runs before keep their results: written below, then the error.
+                    Err(e) if run > 1 => {
+                        trouble.push(format!("run {run} did not boot: {e:#}"));
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
                 println!(
                     "    boot to init: {}; whole run: {:.1}s",
                     o.boot_to_init
@@ -400,12 +415,26 @@ fn real_main(cli: Cli) -> Result<()> {
                     lines.push(format!("{}{run}", bench::RUN_LINE));
                     serial_text.push_str(&format!("{}{run}\n", bench::RUN_LINE));
                 }
+                if !o
+                    .parser
+                    .lines
+                    .iter()
+                    .any(|l| matches!(bench::parse_line(l), Some(bench::Line::Sample(_))))
+                {
+                    trouble.push(format!("run {run}: no samples"));
+                }
                 lines.extend(o.parser.lines);
                 serial_text.push_str(&std::fs::read_to_string(&files.results).with_context(
                     || format!("reading the VM's output {}", files.results.display()),
                 )?);
+                if !serial_text.ends_with('\n') {
+                    serial_text.push('\n');
+                }
                 if !o.problems.is_empty() || o.timed_out {
-                    trouble.push(format!("run {run}: {}", o.console_log.display()));
+                    trouble.push(format!(
+                        "run {run}: kernel problems or a hang, see {}",
+                        o.console_log.display()
+                    ));
                 }
                 console_log = Some(o.console_log);
             }
@@ -423,19 +452,14 @@ fn real_main(cli: Cli) -> Result<()> {
             println!("    the programs' whole output: {}", serial.display());
             let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
             if !trouble.is_empty() || !failed.is_empty() {
-                bail!(
-                    "the bench run hit trouble{} (see {})",
-                    if failed.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {} failed", failed.join(", "))
-                    },
-                    if trouble.is_empty() {
-                        "raw.txt and serial.txt".to_string()
-                    } else {
-                        trouble.join(", ")
-                    }
-                );
+                let mut what = trouble;
+                if !failed.is_empty() {
+                    what.push(format!(
+                        "{} failed (see raw.txt and serial.txt)",
+                        failed.join(", ")
+                    ));
+                }
+                bail!("the bench run hit trouble: {}", what.join("; "));
             }
             Ok(())
         }

@@ -38,8 +38,16 @@ pub use tables::*;
 /// The line of `raw.txt` that records the kernel of the run (before the protocol lines).
 pub(crate) const KERNEL_LINE: &str = "# kernel ";
 
-/// The line of `raw.txt` that starts the lines of one VM run of `cargo xtask bench --runs N`.
+/// The line of `raw.txt` that starts the lines of one VM run of `cargo xtask bench --runs N`:
+/// `# run N`, nothing after the number.
 pub(crate) const RUN_LINE: &str = "# run ";
+
+/// Whether `line` is a `# run N` marker (a program's own `# run 3: ...` line is not).
+fn is_run_marker(line: &str) -> bool {
+    line.trim()
+        .strip_prefix(RUN_LINE)
+        .is_some_and(|n| n.parse::<u32>().is_ok())
+}
 
 /// What the results say about a kernel that no `# kernel` line recorded.
 pub(crate) const KERNEL_UNKNOWN: &str =
@@ -97,7 +105,7 @@ pub fn runs(lines: &[String]) -> Vec<&[String]> {
     let mut start = 0;
     let mut parts: Vec<&[String]> = vec![];
     for (i, l) in lines.iter().enumerate() {
-        if l.trim().starts_with(RUN_LINE) {
+        if is_run_marker(l) {
             parts.push(&lines[start..i]);
             start = i + 1;
         }
@@ -121,24 +129,30 @@ pub fn run_spread(lines: &[String]) -> Vec<String> {
     if runs.len() < 2 {
         return vec![];
     }
-    let parse = |ls: &[String]| -> Vec<Line> { ls.iter().filter_map(|l| parse_line(l)).collect() };
-    let per_run: Vec<Vec<Bench>> = runs.iter().map(|r| aggregate(&parse(r))).collect();
+    let per_run = per_run_benches(lines, &runs);
     let mut out = vec![];
-    for b in aggregate(&parse(lines)) {
+    for b in aggregate(&parse_all(lines)) {
         let Some(base) = b.baseline.as_deref().filter(|_| b.has_baseline()) else {
             continue;
         };
         for m in &b.metrics {
             for k in b.compared() {
                 for x in &b.xs {
-                    let rs: Vec<f64> = per_run
+                    // Each run's ratio against the pooled baseline; `-` where a run has none.
+                    let rs: Vec<Option<f64>> = per_run
                         .iter()
-                        .filter_map(|bs| bs.iter().find(|c| c.name == b.name)?.ratio(k, x, &m.name))
+                        .map(|bs| {
+                            let c = bs.iter().find(|c| c.name == b.name)?;
+                            let (kv, bv) = (c.stats(k, x, &m.name)?, c.stats(base, x, &m.name)?);
+                            (bv.median != 0.0).then(|| kv.median / bv.median)
+                        })
                         .collect();
-                    let Some(s) = Stats::of(&rs).filter(|s| s.n >= 2) else {
+                    let got: Vec<f64> = rs.iter().flatten().copied().collect();
+                    let Some(s) = Stats::of(&got).filter(|s| s.n >= 2) else {
                         continue;
                     };
-                    let each: Vec<String> = rs.iter().map(|r| num(*r)).collect();
+                    let each: Vec<String> =
+                        rs.iter().map(|r| r.map_or("-".to_string(), num)).collect();
                     out.push(format!(
                         "| `{}` | {} | {k}/{base} | {} | {} | {} | {}–{} |",
                         b.name,
@@ -154,6 +168,30 @@ pub fn run_spread(lines: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+fn parse_all(lines: &[String]) -> Vec<Line> {
+    lines.iter().filter_map(|l| parse_line(l)).collect()
+}
+
+/// The benchmarks of each run, aggregated with the `BENCHINFO` and `BENCHMETRIC` lines of all
+/// runs (a run that did not print them gets the same baseline, sweep key and metrics).
+fn per_run_benches(lines: &[String], runs: &[&[String]]) -> Vec<Vec<Bench>> {
+    let declared: Vec<Line> = parse_all(lines)
+        .into_iter()
+        .filter(|l| !matches!(l, Line::Sample(_)))
+        .collect();
+    runs.iter()
+        .map(|r| {
+            let mut ls = declared.clone();
+            ls.extend(
+                parse_all(r)
+                    .into_iter()
+                    .filter(|l| matches!(l, Line::Sample(_))),
+            );
+            aggregate(&ls)
+        })
+        .collect()
 }
 
 /// One line per (bench, metric, compared kind): the ratios along the sweep.
@@ -243,7 +281,13 @@ pub fn index(
                 .join(", "),
         );
     }
-    md.push_str("\n## Ratios (median of the kind / median of the baseline, along the sweep)\n\n");
+    md.push_str(if runs > 1 {
+        "\n## Ratios (median of the kind / median of the baseline over the pooled samples of \
+         all runs, along the sweep; the median of the runs' own ratios is under \"Ratio per VM \
+         run\")\n\n"
+    } else {
+        "\n## Ratios (median of the kind / median of the baseline, along the sweep)\n\n"
+    });
     for l in summary_lines(benches) {
         let _ = writeln!(md, "- {l}");
     }
@@ -342,10 +386,12 @@ pub fn write_results(
         }
     }
     let benches = aggregate(&parsed);
-    // Re-rendered from raw lines: the most repetitions any point has.
+    // Re-rendered from raw lines: the most repetitions any point has in one run.
     let reps = if reps == 0 {
-        benches
+        let run_list = runs(lines);
+        per_run_benches(lines, &run_list)
             .iter()
+            .flatten()
             .flat_map(|b| b.values.values().map(|v| v.len() as u32))
             .max()
             .unwrap_or(0)
@@ -379,7 +425,7 @@ pub fn write_results(
             .iter()
             .filter(|l| {
                 let t = l.trim();
-                parse_line(t).is_some() || t.starts_with("# bench ") || t.starts_with(RUN_LINE)
+                parse_line(t).is_some() || t.starts_with("# bench ") || is_run_marker(t)
             })
             .map(|l| format!("{}\n", l.trim())),
     );
@@ -699,6 +745,36 @@ mod tests {
         );
         // One run: nothing to compare.
         assert!(run_spread(&lines[..5]).is_empty());
+        // A program's own "# run ..." line is not a marker.
+        assert!(!is_run_marker("# run 3: test_x"));
+        assert!(is_run_marker("# run 3"));
+
+        // The baseline is not the first kind seen and the sweep key is not `size`, declared
+        // once before the first run: every run is read with the declaration.
+        let lines: Vec<String> = [
+            "BENCHINFO n baseline=zzz x=len",
+            "# run 1",
+            "BENCH n kind=aaa len=8 rep=0 t_us=6",
+            "BENCH n kind=zzz len=8 rep=0 t_us=3",
+            "BENCH n kind=aaa len=8 rep=1 t_us=6",
+            "BENCH n kind=zzz len=8 rep=1 t_us=3",
+            "# run 2",
+            "BENCH n kind=aaa len=8 rep=0 t_us=4",
+            "BENCH n kind=zzz len=8 rep=0 t_us=4",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            run_spread(&lines),
+            ["| `n` | t_us | aaa/zzz | 8 | 2, 1 | 1.50 | 1–2 |"]
+        );
+        // --from-raw: repetitions per point within one run (2), not over all runs (3).
+        let out = std::env::temp_dir().join(format!("p2pbuf-bench-runs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&out);
+        write_results(&lines, &out, 0, None).unwrap();
+        let idx = fs::read_to_string(out.join("README.md")).unwrap();
+        assert!(idx.contains("2 repetitions per point, 2 VM runs"), "{idx}");
+        let _ = fs::remove_dir_all(&out);
         let idx = index(
             &benches(&["BENCH x kind=a rep=0 t=1"]),
             &[],

@@ -19,7 +19,7 @@ impl Better {
 }
 
 /// One parsed protocol line.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Line {
     /// `BENCHINFO <bench> baseline=<kind> title=<words> x=<key>`.
     Info {
@@ -40,7 +40,7 @@ pub enum Line {
 }
 
 /// One `BENCH <name> key=value ...` line.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
     pub bench: String,
     /// In the order of the line.
