@@ -302,18 +302,34 @@ pub fn index(
         }
     }
     md.push_str("\n## Programs\n\n| program | exit status |\n|---|---|\n");
+    let status = |exit: Option<i32>| match exit {
+        Some(0) => "0".to_string(),
+        Some(124) => "124 (timed out)".to_string(),
+        Some(c) => format!("{c} (failed: see raw.txt and the console log)"),
+        None => "did not finish".to_string(),
+    };
+    // With several runs a program is listed once, with the status of each run in order.
+    let mut rows: Vec<(&str, Vec<Option<i32>>)> = vec![];
     for p in progs {
-        let _ = writeln!(
-            md,
-            "| {} | {} |",
-            p.name,
-            match p.exit {
-                Some(0) => "0".to_string(),
-                Some(124) => "124 (timed out)".to_string(),
-                Some(c) => format!("{c} (failed: see raw.txt and the console log)"),
-                None => "did not finish".to_string(),
-            }
-        );
+        match rows.iter_mut().find(|(n, _)| *n == p.name) {
+            Some((_, exits)) if runs > 1 => exits.push(p.exit),
+            _ => rows.push((&p.name, vec![p.exit])),
+        }
+    }
+    for (name, exits) in rows {
+        let cell = if exits.len() > 1 && exits.iter().all(|e| *e == Some(0)) {
+            format!("0 (all {} runs)", exits.len())
+        } else if exits.len() > 1 {
+            let each: Vec<String> = exits
+                .iter()
+                .enumerate()
+                .map(|(i, e)| format!("run {}: {}", i + 1, status(*e)))
+                .collect();
+            each.join("; ")
+        } else {
+            status(exits[0])
+        };
+        let _ = writeln!(md, "| {name} | {cell} |");
     }
     let with_problems: Vec<&Bench> = benches.iter().filter(|b| !b.problems.is_empty()).collect();
     if !with_problems.is_empty() {
@@ -785,6 +801,27 @@ mod tests {
             &spread,
         );
         assert!(idx.contains("3 VM runs"), "{idx}");
+        let progs = [
+            ("p", Some(0)),
+            ("p", Some(0)),
+            ("q", Some(0)),
+            ("q", Some(2)),
+        ]
+        .map(|(n, e)| Program {
+            name: n.into(),
+            exit: e,
+        });
+        let idx = index(
+            &benches(&["BENCH x kind=a rep=0 t=1"]),
+            &progs,
+            "now",
+            1,
+            "k",
+            2,
+            &spread,
+        );
+        assert!(idx.contains("| p | 0 (all 2 runs) |"), "{idx}");
+        assert!(idx.contains("| q | run 1: 0; run 2: 2 (failed"), "{idx}");
         assert!(idx.contains("## Ratio per VM run"), "{idx}");
     }
 
