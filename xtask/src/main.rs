@@ -415,12 +415,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     lines.push(format!("{}{run}", bench::RUN_LINE));
                     serial_text.push_str(&format!("{}{run}\n", bench::RUN_LINE));
                 }
-                if !o
-                    .parser
-                    .lines
-                    .iter()
-                    .any(|l| matches!(bench::parse_line(l), Some(bench::Line::Sample(_))))
-                {
+                if !bench::has_samples(&o.parser.lines) {
                     trouble.push(format!("run {run}: no samples"));
                 }
                 lines.extend(o.parser.lines);

@@ -111,13 +111,14 @@ pub fn runs(lines: &[String]) -> Vec<&[String]> {
         }
     }
     parts.push(&lines[start..]);
-    parts
-        .into_iter()
-        .filter(|run| {
-            run.iter()
-                .any(|l| matches!(parse_line(l), Some(Line::Sample(_))))
-        })
-        .collect()
+    parts.into_iter().filter(|run| has_samples(run)).collect()
+}
+
+/// Whether `lines` hold at least one `BENCH` sample line.
+pub fn has_samples(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .any(|l| matches!(parse_line(l), Some(Line::Sample(_))))
 }
 
 /// With more than one VM run: a Markdown table row per (bench, metric, compared kind, x) with
