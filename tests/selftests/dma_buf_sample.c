@@ -92,9 +92,29 @@ static int has_driver(const char *pci)
 }
 
 /*
- * Gives a device lent to the sample back to p2pbuf_importer: no override, unbound from the
- * sample if it got it, bound again if it was. Also from the teardown: a test stopped half-way
- * does not leave the engine without its driver for the tests after it.
+ * Takes PCI device `pci` from the sample if the sample has it, then binds it to `drv` (a
+ * driver's sysfs directory; NULL: none) if that driver is loaded and does not have it yet.
+ */
+static void return_device(struct __test_metadata *_metadata, const char *pci, const char *drv)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), SAMPLE_DRV "/%s", pci);
+	if (access(path, F_OK) == 0)
+		EXPECT_EQ(0, sysfs_write(SAMPLE_DRV "/unbind", pci));
+	if (!drv || access(drv, F_OK))
+		return;
+	snprintf(path, sizeof(path), "%s/%s", drv, pci);
+	if (access(path, F_OK) == 0)
+		return;
+	snprintf(path, sizeof(path), "%s/bind", drv);
+	EXPECT_EQ(0, sysfs_write(path, pci));
+}
+
+/*
+ * Gives a device lent to the sample back: no override, and to p2pbuf_importer if it was bound
+ * there. Also from the teardown: a test stopped half-way does not leave the engine without its
+ * driver for the tests after it.
  */
 static void give_back(struct __test_metadata *_metadata, FIXTURE_DATA(sample) *self)
 {
@@ -104,11 +124,7 @@ static void give_back(struct __test_metadata *_metadata, FIXTURE_DATA(sample) *s
 		return;
 	override_path(path, sizeof(path), self->lent);
 	EXPECT_EQ(0, sysfs_write(path, "\n"));
-	snprintf(path, sizeof(path), SAMPLE_DRV "/%s", self->lent);
-	if (access(path, F_OK) == 0)
-		EXPECT_EQ(0, sysfs_write(SAMPLE_DRV "/unbind", self->lent));
-	if (self->lent_bound && !has_driver(self->lent))
-		EXPECT_EQ(0, sysfs_write(IMPORTER_DRV "/bind", self->lent));
+	return_device(_metadata, self->lent, self->lent_bound ? IMPORTER_DRV : NULL);
 	self->lent[0] = 0;
 }
 
@@ -142,16 +158,9 @@ FIXTURE_SETUP(sample)
 /* Gives the device back to p2pbuf_exporter, whatever the test left. */
 FIXTURE_TEARDOWN(sample)
 {
-	char path[512];
-
 	p2pbuf_close(&self->dev);
 	give_back(_metadata, self);
-	snprintf(path, sizeof(path), SAMPLE_DRV "/%s", self->pci);
-	if (access(path, F_OK) == 0)
-		EXPECT_EQ(0, sysfs_write(SAMPLE_DRV "/unbind", self->pci));
-	snprintf(path, sizeof(path), EXPORTER_DRV "/%s", self->pci);
-	if (access(EXPORTER_DRV, F_OK) == 0 && access(path, F_OK))
-		EXPECT_EQ(0, sysfs_write(EXPORTER_DRV "/bind", self->pci));
+	return_device(_metadata, self->pci, EXPORTER_DRV);
 }
 
 /* Every errno of the sample's documentation, and nothing handed out on failure. */
