@@ -124,15 +124,14 @@ pub fn has_samples(lines: &[String]) -> bool {
 /// With more than one VM run: a Markdown table row per (bench, metric, compared kind, x) with
 /// the ratio of each run, their median and range, which says how far the ratio of a single
 /// run can be trusted (runs of the same code differ by more than their IQRs show: a boot's
-/// placement of memory and code). Empty for one run.
-pub fn run_spread(lines: &[String]) -> Vec<String> {
-    let runs = runs(lines);
-    if runs.len() < 2 {
+/// placement of memory and code). `pooled`: the benchmarks of all runs together; `per_run`:
+/// those of each run ([`per_run_benches`]). Empty for one run.
+pub fn run_spread(pooled: &[Bench], per_run: &[Vec<Bench>]) -> Vec<String> {
+    if per_run.len() < 2 {
         return vec![];
     }
-    let per_run = per_run_benches(lines, &runs);
     let mut out = vec![];
-    for b in aggregate(&parse_all(lines)) {
+    for b in pooled {
         let Some(base) = b.baseline.as_deref().filter(|_| b.has_baseline()) else {
             continue;
         };
@@ -175,16 +174,17 @@ fn parse_all(lines: &[String]) -> Vec<Line> {
     lines.iter().filter_map(|l| parse_line(l)).collect()
 }
 
-/// The benchmarks of each run, aggregated with the `BENCHINFO` and `BENCHMETRIC` lines of all
-/// runs (a run that did not print them gets the same baseline, sweep key and metrics).
-fn per_run_benches(lines: &[String], runs: &[&[String]]) -> Vec<Vec<Bench>> {
-    let declared: Vec<Line> = parse_all(lines)
-        .into_iter()
+/// The benchmarks of each of `runs`, aggregated with the `BENCHINFO` and `BENCHMETRIC` lines
+/// of all runs (`parsed`: every protocol line), so that a run that did not print them gets the
+/// same baseline, sweep key and metrics.
+fn per_run_benches(parsed: &[Line], runs: &[&[String]]) -> Vec<Vec<Bench>> {
+    let declared: Vec<&Line> = parsed
+        .iter()
         .filter(|l| !matches!(l, Line::Sample(_)))
         .collect();
     runs.iter()
         .map(|r| {
-            let mut ls = declared.clone();
+            let mut ls: Vec<Line> = declared.iter().map(|l| (*l).clone()).collect();
             ls.extend(
                 parse_all(r)
                     .into_iter()
@@ -380,7 +380,7 @@ pub fn write_results(
         .map(str::to_string)
         .or_else(|| recorded_kernel(lines))
         .unwrap_or_else(|| KERNEL_UNKNOWN.to_string());
-    let parsed: Vec<Line> = lines.iter().filter_map(|l| parse_line(l)).collect();
+    let parsed = parse_all(lines);
     let progs = programs(lines);
     if parsed.is_empty() {
         bail!(
@@ -403,10 +403,10 @@ pub fn write_results(
         }
     }
     let benches = aggregate(&parsed);
+    let per_run = per_run_benches(&parsed, &runs(lines));
     // Re-rendered from raw lines: the most repetitions any point has in one run.
     let reps = if reps == 0 {
-        let run_list = runs(lines);
-        per_run_benches(lines, &run_list)
+        per_run
             .iter()
             .flatten()
             .flat_map(|b| b.values.values().map(|v| v.len() as u32))
@@ -423,7 +423,7 @@ pub fn write_results(
         files.push(format!("{f}.md"));
         files.push(format!("{f}.svg"));
     }
-    let spread = run_spread(lines);
+    let spread = run_spread(&benches, &per_run);
     fs::write(
         out.join("README.md"),
         index(
@@ -432,7 +432,7 @@ pub fn write_results(
             &utc_now(),
             reps,
             &kernel,
-            runs(lines).len(),
+            per_run.len(),
             &spread,
         ),
     )?;
@@ -732,6 +732,12 @@ mod tests {
         assert!(idx.contains("[x.md](x.md)"), "{idx}");
     }
 
+    /// `run_spread` of a run's lines, as `write_results` computes it.
+    fn spread_of(lines: &[String]) -> Vec<String> {
+        let parsed = parse_all(lines);
+        run_spread(&aggregate(&parsed), &per_run_benches(&parsed, &runs(lines)))
+    }
+
     #[test]
     fn runs_are_split_at_their_markers_and_their_ratios_compared() {
         let lines: Vec<String> = [
@@ -755,13 +761,13 @@ mod tests {
         let rs = runs(&lines);
         assert_eq!(rs.len(), 3);
         assert_eq!(rs[1].len(), 3);
-        let spread = run_spread(&lines);
+        let spread = spread_of(&lines);
         assert_eq!(
             spread,
             ["| `m` | t_us | new/base | 4 KiB | 1.20, 1.10, 1.50 | 1.20 | 1.10–1.50 |"]
         );
         // One run: nothing to compare.
-        assert!(run_spread(&lines[..5]).is_empty());
+        assert!(spread_of(&lines[..5]).is_empty());
         // A program's own "# run ..." line is not a marker.
         assert!(!is_run_marker("# run 3: test_x"));
         assert!(is_run_marker("# run 3"));
@@ -782,7 +788,7 @@ mod tests {
         .map(String::from)
         .to_vec();
         assert_eq!(
-            run_spread(&lines),
+            spread_of(&lines),
             ["| `n` | t_us | aaa/zzz | 8 | 2, 1 | 1.50 | 1–2 |"]
         );
         // --from-raw: repetitions per point within one run (2), not over all runs (3).
