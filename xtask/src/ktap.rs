@@ -1,7 +1,8 @@
 //! A streaming KTAP (and TAP 13) parser for the in-VM suite, and the console scanner that
 //! turns kernel oopses, WARNs, BUGs, lockdep and kmemleak reports, and those of the debug lab
 //! kernel's checkers (DMA-API debugging, SLUB_DEBUG, DEBUG_OBJECTS, DEBUG_LIST, DEBUG_VM,
-//! KASAN, the hung-task detector), into failures.
+//! KASAN, the hung-task and soft-lockup detectors, RCU stall warnings, UBSAN), into failures;
+//! fault injection's forced failures (the fail-nth test's) are counted, not failed.
 
 /// How a test ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,19 +307,40 @@ const PATTERNS: &[(&str, &str)] = &[
     // is " in I/O wait" for a task in io_schedule().
     ("hung task", "blocked for more than"),
     ("hung task", "blocked in I/O wait for more than"),
+    // kernel/watchdog.c (pr_fmt "watchdog: "): "watchdog: BUG: soft lockup - CPU#%d stuck for
+    // %us! [%s:%d]". Before the generic `BUG:`.
+    ("soft lockup", "BUG: soft lockup - CPU#"),
     ("Oops", "Oops:"),
     ("Oops", "Oops -"),
     ("BUG", "BUG:"),
     ("BUG", "kernel BUG at"),
     ("WARN", "WARNING:"),
     ("WARN", "------------[ cut here ]------------"),
+    // lib/ubsan.c ubsan_prologue(): "UBSAN: %s in %s:%d:%d", e.g. "UBSAN: shift-out-of-bounds
+    // in drivers/x.c:12:3", "UBSAN: array-index-out-of-bounds in ...", after a `cut here`
+    // line (a WARN of its own above).
     ("UBSAN", "UBSAN:"),
     ("panic", "Kernel panic"),
     ("GPF", "general protection fault"),
     ("kmemleak", "unreferenced object 0x"),
     ("kmemleak", "kmemleak: "),
-    ("RCU stall", "rcu_sched self-detected stall"),
+    // kernel/rcu/tree_stall.h and tree_exp.h (pr_fmt "rcu: "), where %s is the flavour:
+    // rcu_sched on the lab kernel (PREEMPT_LAZY), rcu_preempt with PREEMPT_RCU. "rcu:
+    // INFO: %s detected stalls on CPUs/tasks:", "... detected expedited stalls on CPUs/tasks:
+    // {", "rcu: INFO: %s self-detected stall on CPU", the grace-period kthread's "rcu: %s
+    // kthread starved for %ld jiffies!" and "rcu: %s kthread timer wakeup didn't happen for
+    // %ld jiffies!", and the reports cut short by a stuck CSD lock; then any other "rcu: INFO:"
+    // line ("Stall ended before state dump start", ...).
+    ("RCU stall", "stalls on CPUs/tasks:"),
+    ("RCU stall", "self-detected stall on CPU"),
+    ("RCU stall", "kthread starved for"),
+    ("RCU stall", "kthread timer wakeup didn't happen"),
+    ("RCU stall", "due to a stuck CSD-lock"),
     ("RCU stall", "rcu: INFO:"),
+    // Fault injection's own complaints (lib/fault-inject.c): a `failslab=`-style boot
+    // parameter it could not parse, a configfs name cut short. Its report of a failure it
+    // forced is not a problem: see FORCED_FAILURE.
+    ("fault injection", "FAULT_INJECTION: "),
     ("Rust panic", "rust_kernel: panicked"),
 ];
 
@@ -334,6 +356,30 @@ const ALLOWED: &[&str] = &[
     // DEBUG_OBJECTS_SELFTEST's result at boot (lib/debugobjects.c).
     "ODEBUG: selftest passed",
 ];
+
+/// What fault injection prints for each failure it forces (lib/fault-inject.c `fail_dump`,
+/// KERN_NOTICE, when the capability's debugfs `verbose` is 1 or more; the printk's second line,
+/// "name failslab, interval 1, probability 0, space 0, times 1", matches no pattern). The
+/// fail-nth test (tests/selftests/fail_nth.c) forces them on purpose, with `verbose` 1, so
+/// that a report after one says which injected failure it followed: counted by the run
+/// ([`is_forced_failure`], [`forced_failures_note`]), never a failure. Allocations made with
+/// `__GFP_NOWARN` fail without this line, so the count is at most the test's own.
+const FORCED_FAILURE: &str = "FAULT_INJECTION: forcing a failure.";
+
+/// Whether a console line is fault injection's report of a failure it forced.
+pub fn is_forced_failure(raw: &str) -> bool {
+    strip_timestamp(raw).contains(FORCED_FAILURE)
+}
+
+/// The run summary's words for `n` forced failures, or None for none.
+pub fn forced_failures_note(n: usize) -> Option<String> {
+    (n > 0).then(|| {
+        format!(
+            "fault injection: {n} forced failure{}",
+            if n == 1 { "" } else { "s" }
+        )
+    })
+}
 
 /// The prefix of every line of the DMA-API debugging code (kernel/dma/debug.c, `pr_fmt`).
 const DMA_API: &str = "DMA-API: ";
@@ -392,7 +438,7 @@ fn first_pattern(line: &str) -> Option<&'static (&'static str, &'static str)> {
 /// Returns the problem on this console line, if any.
 pub fn scan_console(raw: &str) -> Option<Problem> {
     let line = strip_timestamp(raw);
-    if ALLOWED.iter().any(|a| line.contains(a)) {
+    if ALLOWED.iter().any(|a| line.contains(a)) || line.contains(FORCED_FAILURE) {
         return None;
     }
     let problem = |kind| {
@@ -739,6 +785,108 @@ mod tests {
         );
     }
 
+    #[test]
+    fn soft_lockups_fail_as_such() {
+        assert_kind(
+            &[
+                "[  312.118203] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [x:123]",
+                "[  312.118203] watchdog: BUG: soft lockup - CPU#1 stuck for 48s! [p2pbuf_exporter:231]",
+            ],
+            Some("soft lockup"),
+        );
+        // Other BUGs of the same prefix stay BUGs.
+        assert_eq!(
+            kind("[   3.0] BUG: kernel NULL pointer dereference, address: 0"),
+            Some("BUG")
+        );
+    }
+
+    #[test]
+    fn rcu_stalls_of_every_flavour_fail() {
+        assert_kind(
+            &[
+                "[  140.231002] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+                "[  140.231002] rcu: INFO: rcu_preempt self-detected stall on CPU",
+                "[  140.231002] rcu: INFO: rcu_sched self-detected stall on CPU",
+                "[  140.231002] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:",
+                "[  140.231002] rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: {",
+                "[  140.231002] rcu: rcu_preempt kthread starved for 10502 jiffies! g1234 f0x0 RCU_GP_WAIT_FQS(5) ->state=0x0 ->cpu=1",
+                "[  140.231002] rcu: rcu_preempt kthread timer wakeup didn't happen for 10499 jiffies! g1234 f0x0 RCU_GP_WAIT_FQS(5) ->state=0x402",
+                "[  140.231002] rcu: INFO: rcu_preempt detected stall, but suppressed full report due to a stuck CSD-lock.",
+                "[  140.231002] rcu: INFO: Stall ended before state dump start",
+            ],
+            Some("RCU stall"),
+        );
+        // Its boot lines say what it is set to.
+        assert_kind(
+            &[
+                "[    0.000000] rcu: Preemptible hierarchical RCU implementation.",
+                "[    0.000000] rcu: \tRCU CPU stall warnings timeout set to 20 (rcu_cpu_stall_timeout).",
+            ],
+            None,
+        );
+    }
+
+    #[test]
+    fn ubsan_reports_fail() {
+        assert_kind(
+            &[
+                "[   77.312001] UBSAN: shift-out-of-bounds in drivers/dma-buf/dma-buf.c:1234:15",
+                "[   77.312001] UBSAN: array-index-out-of-bounds in drivers/pci/p2pdma.c:512:9",
+            ],
+            Some("UBSAN"),
+        );
+        // The details that follow are not reports of their own; the `cut here` before is a WARN.
+        assert_kind(
+            &[
+                "[   77.312010] shift exponent 64 is too large for 64-bit type 'unsigned long'",
+                "[   77.312010] index 16 is out of range for type 'u32[16]'",
+            ],
+            None,
+        );
+        assert_eq!(
+            kind("[   77.312000] ------------[ cut here ]------------"),
+            Some("WARN")
+        );
+    }
+
+    /// Forced failures are counted, not failed; fault injection's complaints fail.
+    #[test]
+    fn fault_injection_is_counted_and_its_complaints_fail() {
+        // The two lines of one `fail_dump` (verbose 1), as a fail-nth run prints them.
+        let forced = "[  201.004512] FAULT_INJECTION: forcing a failure.";
+        let second = "[  201.004512] name failslab, interval 1, probability 0, space 0, times 1";
+        assert!(is_forced_failure(forced));
+        assert!(!is_forced_failure(second));
+        assert_kind(&[forced, second], None);
+        assert_kind(
+            &[
+                "[    0.000000] FAULT_INJECTION: failed to parse arguments",
+                "[   10.000000] FAULT_INJECTION: name 'p2pbuf_very_long_name' truncated to 'p2pbuf_very_lon'",
+            ],
+            Some("fault injection"),
+        );
+        let console = [
+            forced,
+            second,
+            "[  201.010000] fail_nth: page allocation failure: order:0, mode:0xcc0(GFP_KERNEL), nodemask=(null)",
+            forced,
+            "[  201.020000] name fail_page_alloc, interval 1, probability 0, space 0, times 1",
+        ];
+        let n = console.iter().filter(|l| is_forced_failure(l)).count();
+        assert_eq!(n, 2);
+        assert!(console.iter().all(|l| scan_console(l).is_none()));
+        assert_eq!(
+            forced_failures_note(n).as_deref(),
+            Some("fault injection: 2 forced failures")
+        );
+        assert_eq!(
+            forced_failures_note(1).as_deref(),
+            Some("fault injection: 1 forced failure")
+        );
+        assert_eq!(forced_failures_note(0), None);
+    }
+
     /// Every pattern is the one that names some recorded line above: none is dead, shadowed
     /// by an earlier one, or untested.
     #[test]
@@ -777,8 +925,14 @@ mod tests {
             "traps: p2pbuf[231] general protection fault ip:4011d6 sp:7ffd0 error:0 in p2pbuf[401000+93000]",
             "unreferenced object 0xffff888003d1e000 (size 64):",
             "kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
-            "rcu: rcu_sched self-detected stall on CPU",
+            "watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [x:123]",
             "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+            "rcu: INFO: rcu_preempt self-detected stall on CPU",
+            "rcu: rcu_preempt kthread starved for 10502 jiffies! g1234 f0x0 RCU_GP_WAIT_FQS(5) ->state=0x0 ->cpu=1",
+            "rcu: rcu_preempt kthread timer wakeup didn't happen for 10499 jiffies! g1234 f0x0 RCU_GP_WAIT_FQS(5) ->state=0x402",
+            "rcu: INFO: rcu_preempt detected stall, but suppressed full report due to a stuck CSD-lock.",
+            "rcu: INFO: Stall ended before state dump start",
+            "FAULT_INJECTION: failed to parse arguments",
             "rust_kernel: panicked at rust/kernel/dma_buf.rs:120:9:",
         ];
         let named: Vec<&str> = lines

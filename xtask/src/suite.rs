@@ -152,7 +152,12 @@ pub fn vm_tests(
             files
         };
         match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
-            Ok((p, f, s)) => summary.push(format!("{label}: {p} passed, {f} failed, {s} skipped")),
+            Ok((p, f, s, forced)) => summary.push(format!(
+                "{label}: {p} passed, {f} failed, {s} skipped{}",
+                ktap::forced_failures_note(forced)
+                    .map(|n| format!("; {n}"))
+                    .unwrap_or_default()
+            )),
             Err(e) => {
                 summary.push(format!("{label}: FAILED ({e:#})"));
                 failed.push(label.to_string());
@@ -200,7 +205,7 @@ fn vm_test(
     timeout: u64,
     filter: Option<&str>,
     inject: Option<&str>,
-) -> Result<(usize, usize, usize)> {
+) -> Result<(usize, usize, usize, usize)> {
     let mut cfg = vm.config(Mode::Test);
     if let Some(b) = boot {
         b.apply(&mut cfg);
@@ -250,6 +255,11 @@ fn vm_test(
         );
     }
     println!("    console log: {}", o.console_log.display());
+    // Expected (the fail-nth test forces them), and worth seeing: a run that should have
+    // injected failures and shows none did not test its error paths.
+    if let Some(n) = ktap::forced_failures_note(o.forced_failures) {
+        println!("    {n} (expected: tests/selftests/fail_nth.c)");
+    }
     println!("\x1b[1m{p} passed, {f} failed, {s} skipped\x1b[0m");
     if !fails.is_empty() {
         for x in &fails {
@@ -261,7 +271,7 @@ fn vm_test(
             o.console_log.display()
         );
     }
-    Ok((p, f, s))
+    Ok((p, f, s, o.forced_failures))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! WARNs and leaks; the second serial port carries the in-VM suite's KTAP, parsed and printed
 //! as results arrive; a hang ends in a stated timeout.
 
-use crate::ktap::{scan_console, Parser, Problem, Status, TestResult};
+use crate::ktap::{is_forced_failure, scan_console, Parser, Problem, Status, TestResult};
 use crate::qemu::{qemu_args, VmConfig, VmFiles};
 use crate::util::Ctx;
 use anyhow::{Context, Result};
@@ -22,6 +22,9 @@ const INIT_MARKER: &str = "p2pbuf-init: started";
 pub struct Outcome {
     pub parser: Parser,
     pub problems: Vec<Problem>,
+    /// Failures that fault injection forced and reported (`FAULT_INJECTION: forcing a
+    /// failure.`: the fail-nth test's, on purpose; see `ktap::is_forced_failure`).
+    pub forced_failures: usize,
     pub timed_out: bool,
     pub exit_ok: bool,
     pub boot_to_init: Option<Duration>,
@@ -143,6 +146,7 @@ pub fn boot_and_watch_with(
     let (mut child, rx) = spawn(cfg, files)?;
     let mut parser = Parser::new();
     let mut problems = vec![];
+    let mut forced_failures = 0;
     let mut boot_to_init = None;
     let mut res = fs::File::open(&files.results)?;
     let mut pending = String::new();
@@ -192,6 +196,9 @@ pub fn boot_and_watch_with(
                 if boot_to_init.is_none() && line.contains(INIT_MARKER) {
                     boot_to_init = Some(start.elapsed());
                 }
+                if is_forced_failure(&line) {
+                    forced_failures += 1;
+                }
                 if let Some(p) = scan_console(&line) {
                     if !w.echo_console {
                         println!("  \x1b[31mconsole: {}\x1b[0m: {}", p.kind, p.line);
@@ -217,6 +224,7 @@ pub fn boot_and_watch_with(
     Ok(Outcome {
         parser,
         problems,
+        forced_failures,
         timed_out,
         exit_ok: exited.map(|s| s.success()).unwrap_or(false),
         boot_to_init,
