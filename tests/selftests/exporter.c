@@ -740,4 +740,44 @@ TEST_F(p2pbuf, zz_unbind_while_mapped)
 	EXPECT_EQ(p.total, p.free);
 }
 
+/*
+ * REVOKE of a buffer whose provider was unbound: the unbind revoked it, so REVOKE succeeds and
+ * does nothing, as for any revoked buffer, however often (it used to say EINVAL, as for an fd
+ * that is no p2pbuf buffer at all). A buffer revoked before the unbind answers the same; a
+ * dma-buf of another exporter stays EINVAL. REFUSAL still answers EINVAL for such a buffer,
+ * as documented. Unbinds the device and binds it again.
+ */
+TEST_F(p2pbuf, zz_revoke_after_unbind)
+{
+	int fd1 = p2p_alloc(self->dev, PAGE, 0, NULL);
+	int fd2 = p2p_alloc(self->dev, PAGE, 0, NULL);
+	struct p2pbuf_refusal r = { .size = sizeof(r) };
+	struct p2pbuf_buf sys;
+	int have_sys, err;
+
+	ASSERT_GE(fd1, 0);
+	ASSERT_GE(fd2, 0);
+	have_sys = p2pbuf_udmabuf_alloc(&sys, PAGE) == 0;
+	if (have_sys)
+		EXPECT_EQ(-EINVAL, p2p_revoke(self->dev, sys.fd));
+	EXPECT_EQ(0, p2p_revoke(self->dev, fd2));
+	err = sysfs_write("/sys/bus/pci/drivers/p2pbuf_exporter/unbind", self->prov.pci_name);
+	ASSERT_EQ(0, err) TH_LOG("unbind %s: %s", self->prov.pci_name, strerror(-err));
+	EXPECT_EQ(0, p2p_revoke(self->dev, fd1));
+	EXPECT_EQ(0, p2p_revoke(self->dev, fd1));
+	EXPECT_EQ(0, p2p_revoke(self->dev, fd2));
+	/* Still refused: fds that are no p2pbuf buffer. */
+	EXPECT_EQ(-EINVAL, p2p_revoke(self->dev, self->dev));
+	if (have_sys)
+		EXPECT_EQ(-EINVAL, p2p_revoke(self->dev, sys.fd));
+	r.fd = fd1;
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, PAGE, PROT_READ, MAP_SHARED, fd1, 0));
+	close(fd1);
+	close(fd2);
+	if (have_sys)
+		p2pbuf_buf_free(&sys);
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pbuf_exporter/bind", self->prov.pci_name));
+}
+
 TEST_HARNESS_MAIN
