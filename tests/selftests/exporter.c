@@ -254,6 +254,48 @@ TEST_F(p2pbuf, bad_arguments)
 	EXPECT_EQ(-EBADF, p2p_revoke(self->dev, -1));
 }
 
+/*
+ * The @size field is capped at the page size, as openat2() and clone3() cap theirs: a larger
+ * one is E2BIG before the kernel reads anything past its own struct, however large it is and
+ * whatever memory follows (it used to take up to 4 GiB and read it all for a zero tail). Up to
+ * a page, a zero tail is accepted.
+ */
+TEST_F(p2pbuf, arg_size_is_capped_at_a_page)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			  -1, 0);
+	struct p2pbuf_info *info = (void *)m;
+	double t;
+
+	ASSERT_NE(MAP_FAILED, m);
+	/* A page-sized struct with a zero tail: accepted. */
+	info->size = page;
+	EXPECT_EQ(0, ioctl(self->dev, P2PBUF_IOCTL_INFO, info)) TH_LOG("%s", strerror(errno));
+	EXPECT_EQ(P2PBUF_API_VERSION, (int)info->api_version);
+	/* One byte more, the tail still all zeros (the second page is mapped): E2BIG. */
+	memset(m, 0, 2 * page);
+	info->size = page + 1;
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_INFO, info));
+	/*
+	 * 1 GiB declared at the start of a one-page mapping: E2BIG at once, not EFAULT after
+	 * reading the rest of the page; the same for the largest size and for the other ioctls.
+	 */
+	ASSERT_EQ(0, munmap(m + page, page));
+	memset(m, 0, page);
+	info->size = 1U << 30;
+	t = now();
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_INFO, info));
+	EXPECT_LT(now() - t, 0.5);
+	info->size = ~0U;
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_INFO, info));
+	((struct p2pbuf_alloc *)m)->size = 1U << 30;
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, m));
+	((struct p2pbuf_revoke *)m)->size = page + 1;
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_REVOKE, m));
+	munmap(m, page);
+}
+
 /* Revoke's own flags: unknown bits are EINVAL, and nothing is revoked. */
 TEST_F(p2pbuf, revoke_flags)
 {
