@@ -7,6 +7,7 @@
  * and `cargo xtask test` checks those bytes in the ivshmem backing file.
  */
 #include <errno.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -294,6 +295,75 @@ TEST_F(p2pbuf, arg_size_is_capped_at_a_page)
 	((struct p2pbuf_revoke *)m)->size = page + 1;
 	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_IOCTL_REVOKE, m));
 	munmap(m, page);
+}
+
+/* An fd on /dev/kmsg positioned at its end (-errno): reads return the records logged after. */
+static int kmsg_open_end(void)
+{
+	int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (lseek(fd, 0, SEEK_END) < 0) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+/* Records of the kernel log read from kmsg (kmsg_open_end()) that contain what. */
+static int kmsg_count(int kmsg, const char *what)
+{
+	char rec[8192];
+	int n = 0;
+
+	for (;;) {
+		ssize_t r = read(kmsg, rec, sizeof(rec) - 1);
+
+		if (r < 0 && errno == EPIPE)	/* overwritten records: go on with the next */
+			continue;
+		if (r <= 0)
+			break;
+		rec[r] = 0;
+		if (strstr(rec, what))
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Whoever holds a /dev/p2pbuf fd (here a process dropped to uid 65534, as a root service
+ * would hand it on) cannot fill the kernel log: the message that explains a refused
+ * oversized ALLOC is rate limited (a burst of at most 10, then nothing for 5 s). 200
+ * refusals in a row add at most a dozen lines mentioning p2pbuf.
+ */
+TEST_F(p2pbuf, refused_allocs_do_not_flood_the_log)
+{
+	int kmsg = kmsg_open_end(), status = 0, lines;
+	pid_t pid;
+
+	if (kmsg < 0)
+		SKIP(return, "/dev/kmsg: %s", strerror(-kmsg));
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		struct p2pbuf_alloc a = { .size = sizeof(a), .provider = prov_id,
+					  .length = self->prov.total + PAGE };
+		int i;
+
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(2);
+		for (i = 0; i < 200; i++)
+			if (ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a) == 0 || errno != EINVAL)
+				_exit(3);
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) TH_LOG("status %#x", status);
+	lines = kmsg_count(kmsg, "p2pbuf");
+	close(kmsg);
+	TH_LOG("200 refused ALLOCs as uid 65534 logged %d line(s) mentioning p2pbuf", lines);
+	EXPECT_LE(lines, 12);
 }
 
 /* Revoke's own flags: unknown bits are EINVAL, and nothing is revoked. */
