@@ -517,6 +517,27 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 				    self->hb, 5, 100, 7));
 }
 
+/*
+ * Once the engine is unbound, every ioctl of a file opened before says ENODEV, RELEASE too
+ * (the header's shared rule; it used to answer ENOENT, as for a handle never given out):
+ * for a handle the file had, and for one it never had. Binds the engine again.
+ */
+TEST_F(importer, release_after_unbind_is_enodev)
+{
+	char name[64];
+	int r;
+
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/unbind", name);
+	ASSERT_EQ(0, r) TH_LOG("unbind %s: %s", name, strerror(-r));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_release(self->dev, self->ha));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_release(self->dev, self->hb + 1000));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENODEV, p2pbuf_engine_import_out(self->dev, self->a.fd, NULL));
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/bind", name);
+	ASSERT_EQ(0, r) TH_LOG("bind %s: %s", name, strerror(-r));
+}
+
 /* Device memory from the exporter (/dev/p2pbuf), with system memory beside it. */
 FIXTURE(devmem)
 {
