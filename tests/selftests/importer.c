@@ -367,7 +367,7 @@ TEST_F(importer, copy_errors)
 
 TEST_F(importer, release_errors)
 {
-	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = self->ha, .flags = 1 };
+	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = self->ha, .flags = 1 }, *big;
 
 	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
 	r.flags = 0;
@@ -375,6 +375,14 @@ TEST_F(importer, release_errors)
 	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
 	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 0));
 	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 999999));
+	/* A size above the page size is E2BIG, even with a zero tail (the engine shares the
+	 * exporter's copy rules: exporter.c arg_size_is_capped_at_a_page). */
+	big = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, big);
+	big->size = PAGE + 1;
+	big->handle = self->ha;
+	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, big));
+	munmap(big, 2 * PAGE);
 	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->ha));
 	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, self->ha));
 	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, (void *)8));
