@@ -165,6 +165,7 @@ struct bg_copy {
 	int dev;
 	struct p2pbuf_dma_copy a;
 	long ret;
+	volatile int done;	/* set once the copy returned */
 };
 
 static void *bg_copy_fn(void *arg)
@@ -172,7 +173,25 @@ static void *bg_copy_fn(void *arg)
 	struct bg_copy *c = arg;
 
 	c->ret = p2pbuf_engine_copy_args(c->dev, &c->a);
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	return NULL;
+}
+
+/* The bus-master bit (PCI_COMMAND_MASTER) of PCI function pci, from its config space: 1 or 0,
+ * -1 if it cannot be read. */
+static int bus_master(const char *pci)
+{
+	char path[128];
+	uint16_t cmd;
+	int fd, r;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/config", pci);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	r = pread(fd, &cmd, sizeof(cmd), 4) == sizeof(cmd) ? !!(cmd & 0x4) : -1;
+	close(fd);
+	return r;
 }
 
 FIXTURE(importer)
@@ -421,6 +440,44 @@ TEST_F(importer, timeout)
 	/* The engine is usable again afterwards. */
 	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, 1, &self->b,
 				    self->hb, 2, 2 * PAGE, 9));
+}
+
+/*
+ * N11: a transfer that did not complete in time may still be running (the model ends it
+ * 100 ms after its start): the engine must not master the bus while the memory it was given is
+ * unmapped. The driver turns bus mastering off as soon as the wait times out, before anything
+ * is unmapped, and on again once the engine is idle (the copy then returns ETIMEDOUT). Seen
+ * from user space: the bit is off in the config space while the timed-out copy waits (it
+ * never was before), and on again, with a working engine, afterwards.
+ */
+TEST_F_TIMEOUT(importer, timeout_turns_bus_mastering_off, 60)
+{
+	struct bg_copy c = {
+		.dev = self->dev,
+		.a = { .src_handle = self->ha, .dst_handle = self->hb, .len = PAGE,
+		       .timeout_ms = 1 },
+	};
+	int off = 0, polls = 0;
+	char name[64];
+	pthread_t t;
+
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
+	ASSERT_EQ(1, bus_master(name));
+	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
+	while (!__atomic_load_n(&c.done, __ATOMIC_ACQUIRE)) {
+		if (bus_master(name) == 0)
+			off++;
+		polls++;
+		usleep(1000);
+	}
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(-ETIMEDOUT, c.ret);
+	TH_LOG("bus mastering off in %d of %d polls during the timed-out copy", off, polls);
+	EXPECT_GT(off, 0);
+	/* The engine was idle when the copy returned: mastering is back on, and it copies. */
+	EXPECT_EQ(1, bus_master(name));
+	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, 5, &self->b,
+				    self->hb, 7, 3 * PAGE, 13));
 }
 
 TEST_F_TIMEOUT(importer, concurrent_copies, 120)
