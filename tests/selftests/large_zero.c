@@ -127,7 +127,7 @@ TEST_F_TIMEOUT(large_zero, zeroed_alloc_4g, 600)
 	ASSERT_NE(MAP_FAILED, last);
 	for (i = 0; i < 4096 / 8; i++)
 		bad += !!first[i] + !!last[i];
-	EXPECT_EQ(0, bad) TH_LOG("%zu non-zero words in the first and last pages", bad);
+	EXPECT_EQ((size_t)0, bad) TH_LOG("%zu non-zero words in the first and last pages", bad);
 	munmap((void *)first, 4096);
 	munmap((void *)last, 4096);
 	close(a.fd);
