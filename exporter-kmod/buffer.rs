@@ -16,6 +16,7 @@ use kernel::{
     pci::p2pdma::{MapType, P2pPages},
     prelude::*,
     str::CString,
+    time::{delay::fsleep, Delta},
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
@@ -160,7 +161,15 @@ pub(crate) struct Buffer {
     /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
     /// importers such as rxe, which bracket every access), for debugfs.
     pub(crate) cpu_access: [Atomic<u64>; 2],
+    /// Pages inserted into userspace mappings by `fault` (for debugfs, and for revoke: only a
+    /// buffer that was mapped can have pages that I/O pinned through a mapping).
+    pub(crate) inserted: Atomic<u64>,
 }
+
+/// How long a revoke waits for I/O that pinned pages of the buffer through a mapping (an
+/// `O_DIRECT` read or write in flight) before it gives up saying so; 10 s, far above what one
+/// request takes.
+const PIN_WAIT_MS: u64 = 10_000;
 
 impl Buffer {
     /// Creates the exporter data for `mem`, `id` being its number for debugfs.
@@ -179,6 +188,7 @@ impl Buffer {
             mem <- new_mutex!(Some(mem)),
             refusals <- new_mutex!(Refusals::default()),
             cpu_access: [Atomic::new(0), Atomic::new(0)],
+            inserted: Atomic::new(0),
         })
     }
 
@@ -192,6 +202,36 @@ impl Buffer {
         // Without memory for the name the count still goes up; the last record stays.
         if let Some(name) = name {
             r.last = Some((name, code, why));
+        }
+    }
+
+    /// Waits until no page of `mem` is held by anyone but the buffer, for at most
+    /// [`PIN_WAIT_MS`], and says in the log what is left if that was not enough.
+    ///
+    /// Called by revoke after the abstraction zapped every mapping, so that no new pin can be
+    /// taken: what still holds a page is I/O that pinned it through a mapping before (`O_DIRECT`
+    /// pins with `FOLL_PCI_P2PDMA`) and writes to it until it completes. Returning before that
+    /// would break revoke's promise that nobody reaches the memory afterwards.
+    fn wait_unpinned(&self, mem: &P2pPages) {
+        let (mut waited, mut step) = (0, 1);
+        loop {
+            let busy = mem.busy_pages();
+            if busy == 0 {
+                return;
+            }
+            if waited >= PIN_WAIT_MS {
+                dev_warn!(
+                    &*self.provider.pdev,
+                    "p2pbuf: buffer {} revoked with {} page(s) still pinned by I/O after {} ms; they go back to the pool when it completes\n",
+                    self.id,
+                    busy,
+                    waited
+                );
+                return;
+            }
+            fsleep(Delta::from_millis(step as i64));
+            waited += step;
+            step = (step * 2).min(500);
         }
     }
 
@@ -316,7 +356,9 @@ impl Exporter for Buffer {
             .page(vmf.pgoff())
             .ok_or(EINVAL)?;
         let vma = vmf.vma().as_mixedmap_vma().ok_or(EINVAL)?;
-        vma.vm_insert_page(vmf.address(), &page)
+        vma.vm_insert_page(vmf.address(), &page)?;
+        this.inserted.add(1, Relaxed);
+        Ok(())
     }
 
     fn vmap(this: &Self, _held: &ResvHeld<'_>) -> Result<IoSysMap> {
@@ -324,10 +366,15 @@ impl Exporter for Buffer {
         Ok(IoSysMap::iomem(mem.as_ref().ok_or(ENODEV)?.as_ptr().cast()))
     }
 
-    /// Called once every importer has unmapped: the memory goes back to the provider (pages
-    /// that a process still maps or that I/O still pins go back when those let go).
+    /// Called once every importer has unmapped and every mapping was zapped: waits (bounded)
+    /// for I/O that pinned pages through a mapping, then the memory goes back to the provider.
     fn revoke(this: &Self) {
-        drop(this.take_memory());
+        if let Some(mem) = this.take_memory() {
+            if this.inserted.load(Relaxed) != 0 {
+                this.wait_unpinned(&mem);
+            }
+            drop(mem);
+        }
         dev_dbg!(&*this.provider.pdev, "buffer {} revoked\n", this.id);
     }
 

@@ -160,9 +160,11 @@ impl Provider {
             (mem, state.next_id)
         };
         // Hand out no stale data: zero the memory (MMIO: with I/O accessors), unless a caller
-        // allowed to read the BAR anyway asked for it as it is.
+        // allowed to read the BAR anyway asked for it as it is. A GPU-sized buffer takes
+        // minutes at uncached speed: the clear reschedules, and stops for a signal (a killed
+        // process is gone at once; the half-cleared memory goes back with `mem`).
         if zero {
-            mem.zero();
+            mem.zero_interruptible()?;
         }
         let (buf, dmabuf) = Exported::new(
             module,
