@@ -16,11 +16,11 @@ use kernel::{
     pci::p2pdma::{MapType, P2pPages},
     prelude::*,
     str::CString,
-    time::{delay::fsleep, Delta},
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
+    time::{delay::fsleep, Delta},
 };
 
 /// What the exporter keeps of one attachment (its [`Exporter::AttachData`]), for debugfs and
