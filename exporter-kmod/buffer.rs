@@ -7,10 +7,10 @@ use kernel::{
     device,
     dma::DataDirection,
     dma_buf::{
-        export::{ExportedSgt, Exporter, PhysRange},
+        export::{ExportedSgt, Exporter, MmapVma, PhysRange},
         Attachment, IoSysMap, ResvHeld,
     },
-    mm::virt::{flags as vm_flags, VmFault, VmaNew},
+    mm::virt::{flags as vm_flags, VmFault},
     new_mutex,
     page::PAGE_SIZE,
     pci::p2pdma::{MapType, P2pPages},
@@ -327,7 +327,7 @@ impl Exporter for Buffer {
     /// Sets up a shared mapping of the buffer's pages (p2pdma pages, with `struct page`, so that
     /// `O_DIRECT` I/O into the mapping is a peer-to-peer transfer). Nothing is mapped here:
     /// [`Exporter::fault`] inserts each page on first access.
-    fn mmap(this: &Self, vma: &VmaNew) -> Result {
+    fn mmap(this: &Self, vma: &MmapVma<'_>) -> Result {
         if vma.flags() & vm_flags::SHARED == 0 {
             return Err(EINVAL);
         }
