@@ -307,8 +307,11 @@ impl Exporter for Buffer {
     ) -> Result<ExportedSgt<'a>> {
         let mem = this.mem.lock();
         let mem = mem.as_ref().ok_or(ENODEV)?;
-        let range = [PhysRange::new(mem.phys_addr(), this.size)];
-        let sgt = ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?;
+        let range = [PhysRange::new(mem.phys_addr(), mem.size())];
+        // SAFETY: The range is the buffer's own allocation, from `mem.provider()`; it is only
+        // given back in `revoke` and `release`, which the abstraction calls after every unmap.
+        let sgt =
+            unsafe { ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)? };
         info.last_map.set(SgShape::of(&sgt));
         Ok(sgt)
     }
