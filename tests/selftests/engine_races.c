@@ -12,9 +12,9 @@
  * unbind), binding again gives a working engine (a verified copy); nothing on the console
  * (DMA-API debug reports a mapping that outlives its device; the harness fails the run on it).
  *
- * The file is named engine_*: it runs on the engine-icount boot only (xtask/src/boots.rs,
- * ENGINE_TESTS), where the engine's 100 ms per transfer costs no wall time; the other boots
- * do not run it (the main boot leaves engine_* to that boot).
+ * The file is named engine_*: it runs on the engine-icount boot (xtask/src/boots.rs,
+ * ENGINE_TESTS), where the engine's 100 ms per transfer costs no wall time; the main boot
+ * leaves engine_* to that boot. The opt-in kcsan boot (KCSAN_TESTS) runs it too, in wall time.
  */
 #include <pthread.h>
 #include <linux/dma-buf.h>

@@ -3,8 +3,11 @@
 //! sit, on a fabric where peer-to-peer is refused or goes through the host bridge and an IOMMU.
 //! The engine boot runs the DMA engine's tests under QEMU's `-icount`, where the engine's
 //! 100 ms per transfer (a virtual-clock timer in QEMU's edu model) costs no wall time.
+//! The KCSAN boot (opt-in, by name) runs the race tests on a kernel of its own, with KCSAN
+//! instead of KASAN.
 
 use crate::qemu::{Topology, VmConfig};
+use crate::util::Flavour;
 
 /// One boot of the in-VM suite.
 #[derive(Clone, Debug)]
@@ -29,6 +32,22 @@ pub struct Boot {
     /// only for it. Such a boot runs only when named (`--boot`) or when `--filter` selects
     /// one of its tests, not in a plain `cargo xtask test`.
     pub pyverbs: bool,
+    /// The kernel it boots: the lab kernel ([`Flavour::Debug`]), or the KCSAN kernel
+    /// ([`Flavour::Kcsan`]: built, with its modules and initramfs, only when this boot runs).
+    pub kernel: Flavour,
+    /// When it runs without `--boot` naming it.
+    pub opt_in: OptIn,
+}
+
+/// Whether a boot runs without being named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptIn {
+    /// In a plain `cargo xtask test` (and when `--filter` selects one of its tests).
+    No,
+    /// By name, or when `--filter` selects one of its tests (those run on no other boot).
+    NameOrFilter,
+    /// By name only: its tests run on the main boot too, and it builds a kernel of its own.
+    Name,
 }
 
 /// Test-name prefix of the tests that only the topology boots run.
@@ -78,6 +97,24 @@ const PYVERBS_MIN_WALL_S: u64 = 2700;
 /// Wall seconds the engine boot gets at least.
 const ENGINE_MIN_WALL_S: u64 = 2400;
 
+/// The tests the KCSAN boot runs (names containing one of these): those that race the
+/// modules' and the series' paths against each other from several threads
+/// (tests/selftests/races.c, engine_races.c, udmabuf_sync_race.c, odirect_revoke.c,
+/// vivid_vmap.c). `races` also matches `engine_races`, named for the list to say it.
+const KCSAN_TESTS: &[&str] = &[
+    "races",
+    "engine_races",
+    "udmabuf_sync_race",
+    "odirect_revoke",
+    "vivid_vmap",
+];
+
+/// Wall seconds the KCSAN boot gets at least: every instrumented C access goes through
+/// KCSAN's runtime (and one in KCSAN_SKIP_WATCH waits on a watchpoint), on top of TCG; and
+/// engine_races waits for the engine's 100 ms transfers in wall time (no -icount: KCSAN sees
+/// races between CPUs, and -icount runs one).
+const KCSAN_MIN_WALL_S: u64 = 2400;
+
 /// Name prefixes of the tests the main boot leaves to other boots.
 fn reserved() -> Vec<&'static str> {
     let mut v = vec![TOPO_PREFIX];
@@ -100,6 +137,8 @@ pub fn all() -> Vec<Boot> {
             icount: false,
             gpu_mem_mib: None,
             pyverbs: false,
+            kernel: Flavour::Debug,
+            opt_in: OptIn::No,
         },
         Boot {
             name: "rootports",
@@ -111,6 +150,8 @@ pub fn all() -> Vec<Boot> {
             icount: false,
             gpu_mem_mib: None,
             pyverbs: false,
+            kernel: Flavour::Debug,
+            opt_in: OptIn::No,
         },
         Boot {
             name: "rootports-zen-iommu",
@@ -122,6 +163,8 @@ pub fn all() -> Vec<Boot> {
             icount: false,
             gpu_mem_mib: None,
             pyverbs: false,
+            kernel: Flavour::Debug,
+            opt_in: OptIn::No,
         },
         Boot {
             name: "engine-icount",
@@ -133,6 +176,8 @@ pub fn all() -> Vec<Boot> {
             icount: true,
             gpu_mem_mib: None,
             pyverbs: false,
+            kernel: Flavour::Debug,
+            opt_in: OptIn::No,
         },
         Boot {
             name: "large-bar",
@@ -144,6 +189,8 @@ pub fn all() -> Vec<Boot> {
             icount: false,
             gpu_mem_mib: Some(LARGE_BAR_MIB),
             pyverbs: false,
+            kernel: Flavour::Debug,
+            opt_in: OptIn::No,
         },
         Boot {
             name: "pyverbs",
@@ -155,6 +202,21 @@ pub fn all() -> Vec<Boot> {
             icount: false,
             gpu_mem_mib: None,
             pyverbs: true,
+            kernel: Flavour::Debug,
+            opt_in: OptIn::NameOrFilter,
+        },
+        Boot {
+            name: "kcsan",
+            why: "the race tests on the KCSAN kernel (KCSAN instead of KASAN): a data race in the modules or the series fails it, others are listed",
+            topology: Topology::Switch,
+            cpu: "max",
+            iommu: false,
+            only: KCSAN_TESTS,
+            icount: false,
+            gpu_mem_mib: None,
+            pyverbs: false,
+            kernel: Flavour::Kcsan,
+            opt_in: OptIn::Name,
         },
     ]
 }
@@ -213,6 +275,8 @@ impl Boot {
             asked.max(ENGINE_MIN_WALL_S)
         } else if self.pyverbs {
             asked.max(PYVERBS_MIN_WALL_S)
+        } else if self.kernel == Flavour::Kcsan {
+            asked.max(KCSAN_MIN_WALL_S)
         } else {
             asked
         }
@@ -243,8 +307,12 @@ pub fn select(
     Ok(all
         .into_iter()
         .filter(|b| names.is_empty() || names.iter().any(|n| n == b.name))
-        // An opt-in boot: by name, or by a --filter that picks one of its tests.
-        .filter(|b| !b.pyverbs || !names.is_empty() || filter.is_some())
+        // An opt-in boot: by name, or (pyverbs) by a --filter that picks one of its tests.
+        .filter(|b| match b.opt_in {
+            OptIn::No => true,
+            OptIn::NameOrFilter => !names.is_empty() || filter.is_some(),
+            OptIn::Name => !names.is_empty(),
+        })
         .filter(|b| {
             filter.is_none()
                 || tests.iter().any(|t| b.selects(t, filter))
@@ -365,6 +433,61 @@ mod tests {
             ["large-bar"]
         );
         assert!(select(&["nope".into()], None, &tests).is_err());
+    }
+
+    #[test]
+    fn the_kcsan_boot_runs_the_race_tests_on_its_kernel_when_named() {
+        let all = all();
+        let k = all.iter().find(|b| b.name == "kcsan").unwrap();
+        assert_eq!(k.kernel, Flavour::Kcsan);
+        assert!(all
+            .iter()
+            .all(|b| b.name == "kcsan" || b.kernel == Flavour::Debug));
+        for t in [
+            "races",
+            "engine_races",
+            "udmabuf_sync_race",
+            "odirect_revoke",
+            "vivid_vmap",
+        ] {
+            assert!(k.selects(t, None), "{t}");
+        }
+        for t in ["exporter", "fail_nth", "engine_large", "importer", "kunit"] {
+            assert!(!k.selects(t, None), "{t}");
+        }
+        assert!(!k.runs_kunit());
+        assert!(!k.icount, "KCSAN needs several CPUs");
+        assert_eq!(k.timeout(900), KCSAN_MIN_WALL_S);
+        let mut cfg = VmConfig::default();
+        k.apply(&mut cfg);
+        assert!(cfg.append.contains(
+            &"p2pbuf.only=races,engine_races,udmabuf_sync_race,odirect_revoke,vivid_vmap"
+                .to_string()
+        ));
+        assert!(cfg.append.contains(&"p2pbuf.suite=kcsan".to_string()));
+        assert_eq!(cfg.smp, VmConfig::default().smp);
+        // Opt-in by name only: not by default, not by a --filter (the main boot runs the
+        // race tests already, on the lab kernel).
+        let tests: Vec<String> = ["exporter", "races", "vivid_vmap", "pyverbs_tests"]
+            .map(String::from)
+            .to_vec();
+        assert!(!names(&select(&[], None, &tests).unwrap()).contains(&"kcsan"));
+        assert_eq!(
+            names(&select(&[], Some("races"), &tests).unwrap()),
+            ["main"]
+        );
+        assert_eq!(
+            names(&select(&["kcsan".into()], None, &tests).unwrap()),
+            ["kcsan"]
+        );
+        assert_eq!(
+            names(&select(&["kcsan".into()], Some("vivid"), &tests).unwrap()),
+            ["kcsan"]
+        );
+        assert_eq!(
+            names(&select(&["main".into(), "kcsan".into()], None, &tests).unwrap()),
+            ["main", "kcsan"]
+        );
     }
 
     #[test]

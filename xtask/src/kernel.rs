@@ -2,7 +2,9 @@
 //! configures it from `linux/p2pbuf.config`, and builds bzImage and modules (incrementally),
 //! with the cache's Clang/LLVM (`make LLVM=<dir>/`, see [`Ctx::kernel_toolchain`]).
 //! The benchmark kernel (`cargo xtask bench`) is configured from the same fragment without
-//! its debug block, generated into its own build directory.
+//! its debug block, the KCSAN kernel (`cargo xtask test --boot kcsan`) from the fragment with
+//! KCSAN instead of KASAN: each a [`Variant`] of the fragment, generated into its own build
+//! directory.
 
 use crate::util::{hash_files, heading, output, run_step, Ctx, Flavour, Stamp};
 use crate::{mail, series};
@@ -254,24 +256,104 @@ CONFIG_FUNCTION_GRAPH_TRACER=y
 CONFIG_DYNAMIC_FTRACE=y
 ";
 
-/// The benchmark kernel's fragment: `text` without its debug block, the options that
-/// [`BENCH_TRACING`] sets taken out where `text` sets them, then [`BENCH_TRACING`].
-pub fn bench_fragment(text: &str) -> Result<String> {
-    let extra: Vec<String> = parse_config(BENCH_TRACING)
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    let kept = without_block(text, DEBUG_BLOCK)?;
+/// What the KCSAN kernel puts in the place of the fragment's KASAN lines (the debug block
+/// stays otherwise as it is). lib/Kconfig.kcsan (7.3.4): `KCSAN` depends on `HAVE_ARCH_KCSAN`
+/// (x86_64), `HAVE_KCSAN_COMPILER` (Clang's `-fsanitize=thread`), `DEBUG_KERNEL` and
+/// `!KASAN`, and selects `STACKTRACE`. `RUST` (init/Kconfig) has no KCSAN dependency: the Rust
+/// modules load; kbuild instruments C only (scripts/Makefile.kcsan: `CFLAGS_KCSAN`, no rustc
+/// flag), so a race is seen where one of its accesses is C (the dma-buf core, udmabuf, rxe,
+/// umem_dmabuf, p2pdma, the Rust helpers), with the Rust callers in its stacks.
+pub const KCSAN_CONFIG: &str = "\
+# KCSAN kernel only (xtask/src/kernel.rs, KCSAN_CONFIG; `cargo xtask test --boot kcsan`):
+# the debug block with KCSAN in the place of KASAN, which it cannot share a kernel with.
+CONFIG_KASAN=n
+CONFIG_KCSAN=y
+# Non-strict: the default rules, which the kernel's own code is written to (no
+# weak-memory modelling); strict mode reports every plain access that races a marked one.
+CONFIG_KCSAN_STRICT=n
+# Report a race even when the watched value did not change while the watchpoint was up:
+# under TCG the watch window (KCSAN_UDELAY_TASK, 80 us) sees few changes, and a race in our
+# code fails the boot whether or not the value happened to change. Other code's races are
+# only listed, so the reports this adds there cost nothing but lines.
+CONFIG_KCSAN_REPORT_VALUE_CHANGE_ONLY=n
+# Races of a task with an interrupt on its own CPU too (rxe receives its packets in the
+# network stack's softirq; dma-fence callbacks may run in interrupt context). Off by default
+# upstream because some safe per-CPU patterns may be reported: a report is read, not trusted.
+CONFIG_KCSAN_INTERRUPT_WATCHER=y
+# One report per pair of racing functions every 3 s (the default): a race inside a test's
+# loop prints a few reports, not a flood on the console.
+CONFIG_KCSAN_REPORT_ONCE_IN_MS=3000
+# KCSAN's boot selftest (panics if the detector does not work), enabled from early boot.
+CONFIG_KCSAN_SELFTEST=y
+CONFIG_KCSAN_EARLY_ENABLE=y
+";
+
+/// A kernel configured from a variant of [`FRAGMENT`], generated into its flavour's build
+/// directory: the bench kernel and the KCSAN kernel. One generator ([`variant_fragment`]).
+pub struct Variant {
+    /// The generated fragment's file name, in the flavour's build directory.
+    pub file: &'static str,
+    /// Whether the variant leaves out the debug block.
+    pub without_debug: bool,
+    /// Options of the fragment the variant takes out, besides those `extra` sets.
+    pub remove: &'static [&'static str],
+    /// What the variant appends (and where the fragment sets one of these options, its line
+    /// is taken out: the option is set once).
+    pub extra: &'static str,
+    /// What the variant is, after "`linux/p2pbuf.config` ", in messages.
+    pub what: &'static str,
+}
+
+/// The benchmark kernel: no debug block, the function tracer.
+pub const BENCH: Variant = Variant {
+    file: "bench.config",
+    without_debug: true,
+    remove: &[],
+    extra: BENCH_TRACING,
+    what: "without its debug block",
+};
+
+/// The KCSAN kernel: the debug block, KASAN's lines replaced by [`KCSAN_CONFIG`].
+pub const KCSAN: Variant = Variant {
+    file: "kcsan.config",
+    without_debug: false,
+    remove: &["CONFIG_KASAN_GENERIC", "CONFIG_KASAN_INLINE"],
+    extra: KCSAN_CONFIG,
+    what: "with KCSAN instead of KASAN",
+};
+
+impl Flavour {
+    /// How the flavour's fragment differs from the repository's (none: the lab kernel's is
+    /// the repository's).
+    pub fn variant(self) -> Option<&'static Variant> {
+        match self {
+            Flavour::Debug => None,
+            Flavour::Bench => Some(&BENCH),
+            Flavour::Kcsan => Some(&KCSAN),
+        }
+    }
+}
+
+/// The fragment of a variant: `text` (without its debug block where the variant says so),
+/// without the lines that set an option of `v.remove` or of `v.extra`, then `v.extra`.
+pub fn variant_fragment(text: &str, v: &Variant) -> Result<String> {
+    let mut gone: Vec<String> = parse_config(v.extra).into_iter().map(|(k, _)| k).collect();
+    gone.extend(v.remove.iter().map(|k| k.to_string()));
+    let kept = if v.without_debug {
+        without_block(text, DEBUG_BLOCK)?
+    } else {
+        text.to_string()
+    };
     let mut out: String = kept
         .lines()
         .filter(|l| {
             parse_config(l)
                 .first()
-                .is_none_or(|(k, _)| !extra.contains(k))
+                .is_none_or(|(k, _)| !gone.contains(k))
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    out.push_str(BENCH_TRACING);
+    out.push_str(v.extra);
     Ok(out)
 }
 
@@ -326,28 +408,24 @@ pub fn block_options(text: &str, name: &str) -> Result<Vec<String>> {
 }
 
 /// The fragment the context's kernel is configured from, and a name for it in messages: the
-/// repository's for the lab kernel; for the benchmark kernel the repository's without its
-/// debug block, written to `build/bench/bench.config` (only when it changed).
+/// repository's for the lab kernel; for the other flavours their [`Variant`] of it, written
+/// to `build/<flavour>/<variant file>` (only when it changed).
 fn fragment(ctx: &Ctx) -> Result<(PathBuf, String)> {
     let repo = ctx.root.join(FRAGMENT);
-    match ctx.flavour {
-        Flavour::Debug => Ok((repo, FRAGMENT.to_string())),
-        Flavour::Bench => {
-            let text = fs::read_to_string(&repo)
-                .with_context(|| format!("cannot read {}", repo.display()))?;
-            let bench = bench_fragment(&text).with_context(|| {
-                format!("{FRAGMENT}: the bench kernel leaves out its debug block")
-            })?;
-            let path = ctx.flavour_build().join("bench.config");
-            if fs::read_to_string(&path).ok().as_deref() != Some(bench.as_str()) {
-                fs::create_dir_all(ctx.flavour_build())?;
-                fs::write(&path, bench)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-            }
-            let name = format!("{FRAGMENT} without its debug block ({})", path.display());
-            Ok((path, name))
-        }
+    let Some(v) = ctx.flavour.variant() else {
+        return Ok((repo, FRAGMENT.to_string()));
+    };
+    let text =
+        fs::read_to_string(&repo).with_context(|| format!("cannot read {}", repo.display()))?;
+    let generated = variant_fragment(&text, v)
+        .with_context(|| format!("{FRAGMENT}: the variant {}", v.what))?;
+    let path = ctx.flavour_build().join(v.file);
+    if fs::read_to_string(&path).ok().as_deref() != Some(generated.as_str()) {
+        fs::create_dir_all(ctx.flavour_build())?;
+        fs::write(&path, generated).with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let name = format!("{FRAGMENT} {} ({})", v.what, path.display());
+    Ok((path, name))
 }
 
 /// Empties a kernel build directory (`make mrproper`) that another compiler built: GCC, which
@@ -505,6 +583,9 @@ pub fn describe(ctx: &Ctx, keep_tree: bool) -> String {
                  with the function tracer, off unless switched on)"
             )
         }
+        Flavour::Kcsan => {
+            format!("KCSAN config ({FRAGMENT} with its debug block, KCSAN instead of KASAN)")
+        }
     };
     // As `sha256sum .config` prints it.
     let sha: String = fs::read(kb.join(".config"))
@@ -621,7 +702,7 @@ mod tests {
         assert!(name.contains("without its debug block"), "{name}");
         let repo = fs::read_to_string(bench.root.join(FRAGMENT)).unwrap();
         let generated = fs::read_to_string(&path).unwrap();
-        assert_eq!(generated, bench_fragment(&repo).unwrap());
+        assert_eq!(generated, variant_fragment(&repo, &BENCH).unwrap());
         assert!(generated.starts_with(&without_block(&repo, DEBUG_BLOCK).unwrap()[..40]));
         // The tracer is on, once: no `CONFIG_FTRACE=n` of the repository's left to contradict it.
         assert!(config_mismatches(&generated, &generated).is_empty());
@@ -644,6 +725,102 @@ mod tests {
         // `printf 'CONFIG_PCI_P2PDMA=y\n' | sha256sum`
         assert!(d.ends_with(".config sha256 67df6ed8d708"), "{d}");
         assert!(describe(&bench, true).contains("the kernel tree as it was (--keep-tree)"));
+        fs::remove_dir_all(&cache).unwrap();
+    }
+
+    #[test]
+    fn kcsan_fragment_keeps_the_debug_block_and_trades_kasan_for_kcsan() {
+        let frag = "CONFIG_A=y\n# BEGIN debug\nCONFIG_KASAN=y\nCONFIG_KASAN_GENERIC=y\nCONFIG_KASAN_INLINE=y\nCONFIG_T=30\n# END debug\nCONFIG_B=y\n";
+        let k = variant_fragment(frag, &KCSAN).unwrap();
+        assert_eq!(
+            k,
+            format!(
+                "CONFIG_A=y\n# BEGIN debug\nCONFIG_T=30\n# END debug\nCONFIG_B=y\n{KCSAN_CONFIG}"
+            )
+        );
+        let set: std::collections::HashMap<String, String> = parse_config(&k).into_iter().collect();
+        assert_eq!(set["CONFIG_KASAN"], "n");
+        assert_eq!(set["CONFIG_KCSAN"], "y");
+        assert_eq!(set["CONFIG_KCSAN_STRICT"], "n");
+        assert!(!set.contains_key("CONFIG_KASAN_GENERIC"));
+    }
+
+    #[test]
+    fn the_repository_fragment_makes_a_kcsan_kernel() {
+        let repo = fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../linux/p2pbuf.config"),
+        )
+        .unwrap();
+        let k = variant_fragment(&repo, &KCSAN).unwrap();
+        let set: Vec<(String, String)> = parse_config(&k);
+        let get = |o: &str| {
+            let v: Vec<&str> = set
+                .iter()
+                .filter(|(key, _)| key == o)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            v
+        };
+        // KASAN off once, KCSAN on; no KASAN line of the repository's left to contradict it.
+        assert_eq!(get("CONFIG_KASAN"), ["n"]);
+        assert!(get("CONFIG_KASAN_GENERIC").is_empty());
+        assert!(get("CONFIG_KASAN_INLINE").is_empty());
+        assert_eq!(get("CONFIG_KCSAN"), ["y"]);
+        assert!(config_mismatches(&k, &k).is_empty());
+        // Every other option of the debug block stays (the race tests need SW_SYNC, vivid,
+        // fault injection; the checkers still check), and what KCSAN needs is there.
+        for o in block_options(&repo, DEBUG_BLOCK).unwrap() {
+            let want: &[&str] = match o.as_str() {
+                "KASAN" => &["n"],
+                _ if o.starts_with("KASAN_") => &[],
+                _ => &["y"],
+            };
+            assert_eq!(get(&format!("CONFIG_{o}")), want, "{o}");
+        }
+        for o in [
+            "CONFIG_DEBUG_KERNEL",
+            "CONFIG_RUST",
+            "CONFIG_STACKTRACE",
+            "CONFIG_KALLSYMS",
+        ] {
+            assert_eq!(get(o), ["y"], "{o}");
+        }
+        // The tracer stays off, as on the lab kernel.
+        assert_eq!(get("CONFIG_FTRACE"), ["n"]);
+    }
+
+    #[test]
+    fn kcsan_kernel_builds_apart_and_says_what_it_is() {
+        let cache = std::env::temp_dir().join(format!("p2pbuf-kcsan-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&cache);
+        let debug = Ctx::new(Some(cache.clone()), false).unwrap();
+        let kcsan = debug.flavoured(Flavour::Kcsan);
+        assert_eq!(debug.flavour, Flavour::Debug);
+        let build = cache.join("build/kcsan");
+        assert_eq!(kcsan.kbuild(), build.join("linux"));
+        assert_eq!(
+            crate::modules::module_out(&kcsan, "exporter-kmod"),
+            build.join("exporter-kmod")
+        );
+        assert_eq!(
+            crate::initramfs::initramfs_path(&kcsan),
+            build.join("initramfs.cpio")
+        );
+        let (path, name) = fragment(&kcsan).unwrap();
+        assert_eq!(path, build.join("kcsan.config"));
+        assert!(name.contains("with KCSAN instead of KASAN"), "{name}");
+        let repo = fs::read_to_string(kcsan.root.join(FRAGMENT)).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            variant_fragment(&repo, &KCSAN).unwrap()
+        );
+        let d = describe(&kcsan, false);
+        assert!(
+            d.contains(
+                "KCSAN config (linux/p2pbuf.config with its debug block, KCSAN instead of KASAN)"
+            ),
+            "{d}"
+        );
         fs::remove_dir_all(&cache).unwrap();
     }
 

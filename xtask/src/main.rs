@@ -143,10 +143,11 @@ enum Cmd {
         #[arg(long)]
         filter: Option<String>,
         /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
-        /// large-bar, pyverbs (xtask/src/boots.rs), and two-nodes (two VMs on one link, RDMA
-        /// between them, last). Default: all of them but pyverbs (rdma-core's own test suite:
-        /// by name, or by a --filter of its test), or one boot of the whole suite when
-        /// --topology/--cpu/--iommu are given.
+        /// large-bar, pyverbs, kcsan (xtask/src/boots.rs), and two-nodes (two VMs on one link,
+        /// RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
+        /// suite: by name, or by a --filter of its test) and kcsan (the race tests on a KCSAN
+        /// kernel, built under build/kcsan/ for it: by name only), or one boot of the whole
+        /// suite when --topology/--cpu/--iommu are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
@@ -305,10 +306,9 @@ fn real_main(cli: Cli) -> Result<()> {
                 fabric::libfabric(&ctx)?;
                 suite::host_tests(&ctx)?;
             }
-            let files = suite::build_all(&ctx, &build)?;
             suite::vm_tests(
                 &ctx,
-                &files,
+                &build,
                 &vm,
                 &boots,
                 timeout,

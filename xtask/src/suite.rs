@@ -25,6 +25,8 @@ pub fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
                     Flavour::Debug => "",
                     Flavour::Bench =>
                         " (the bench kernel: run `cargo xtask bench` once without --skip-kernel)",
+                    Flavour::Kcsan =>
+                        " (the KCSAN kernel: run `cargo xtask test --boot kcsan` once without --skip-kernel)",
                 }
             );
         }
@@ -90,11 +92,29 @@ fn test_names_in(root: &Path) -> Vec<String> {
     v
 }
 
-/// Runs the in-VM suite on every selected boot; one line per boot at the end.
+/// The kernels a run boots: the lab kernel for every boot but those of another flavour (the
+/// KCSAN boot's), each flavour's first in the order of the boots.
+fn flavours_of(boots: &[Option<boots::Boot>], two_nodes: bool) -> Vec<Flavour> {
+    let mut v = vec![];
+    let kernels = boots
+        .iter()
+        .map(|b| b.as_ref().map_or(Flavour::Debug, |b| b.kernel))
+        .chain(two_nodes.then_some(Flavour::Debug));
+    for k in kernels {
+        if !v.contains(&k) {
+            v.push(k);
+        }
+    }
+    v
+}
+
+/// Builds what the selected boots need ([`build_all`] for each of their kernels, the lab
+/// kernel's first), then runs the in-VM suite on every selected boot; one line per boot at
+/// the end.
 #[allow(clippy::too_many_arguments)]
 pub fn vm_tests(
     ctx: &Ctx,
-    files: &VmFiles,
+    build: &BuildOpts,
     vm: &VmOpts,
     names: &[String],
     timeout: u64,
@@ -124,6 +144,21 @@ pub fn vm_tests(
         }
         b.into_iter().map(Some).collect()
     };
+    // Each kernel, its modules and initramfs, before any boot (a build error ends the run, as
+    // it did when only the lab kernel was built).
+    let mut kernels: Vec<(Flavour, Ctx, VmFiles)> = vec![];
+    for f in flavours_of(&boots, two_nodes) {
+        let fctx = ctx.flavoured(f);
+        let files = build_all(&fctx, build)?;
+        kernels.push((f, fctx, files));
+    }
+    let kernel_of = |f: Flavour| {
+        kernels
+            .iter()
+            .find(|(g, _, _)| *g == f)
+            .map(|(_, c, v)| (c, v))
+            .expect("every selected boot's kernel is built above")
+    };
     let mut summary = vec![];
     let mut failed = vec![];
     for b in &boots {
@@ -132,6 +167,7 @@ pub fn vm_tests(
             println!("    boot {label}: {}", b.why);
         }
         let t = b.as_ref().map_or(timeout, |b| b.timeout(timeout));
+        let (ctx, files) = kernel_of(b.as_ref().map_or(Flavour::Debug, |b| b.kernel));
         // The pyverbs boot's initramfs: the lab's plus Python, pyverbs and rdma-core's tests.
         let py_files;
         let files = if b.as_ref().is_some_and(|b| b.pyverbs) {
@@ -152,11 +188,12 @@ pub fn vm_tests(
             files
         };
         match vm_test(ctx, files, vm, b.as_ref(), t, filter, inject) {
-            Ok((p, f, s, forced)) => summary.push(format!(
-                "{label}: {p} passed, {f} failed, {s} skipped{}",
-                ktap::forced_failures_note(forced)
-                    .map(|n| format!("; {n}"))
-                    .unwrap_or_default()
+            Ok(r) => summary.push(format!(
+                "{label}: {} passed, {} failed, {} skipped{}",
+                r.passed,
+                r.failed,
+                r.skipped,
+                r.notes.iter().map(|n| format!("; {n}")).collect::<String>()
             )),
             Err(e) => {
                 summary.push(format!("{label}: FAILED ({e:#})"));
@@ -170,6 +207,7 @@ pub fn vm_tests(
             nodes::BOOT_NAME
         );
         let label = nodes::BOOT_NAME;
+        let (ctx, files) = kernel_of(Flavour::Debug);
         match nodes::two_nodes(
             ctx,
             &vm.config(Mode::Node),
@@ -197,6 +235,15 @@ pub fn vm_tests(
     Ok(())
 }
 
+/// What one boot's run counted, and its summary's notes (forced failures, KCSAN reports not
+/// ours).
+struct BootRun {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+    notes: Vec<String>,
+}
+
 fn vm_test(
     ctx: &Ctx,
     files: &VmFiles,
@@ -205,7 +252,7 @@ fn vm_test(
     timeout: u64,
     filter: Option<&str>,
     inject: Option<&str>,
-) -> Result<(usize, usize, usize, usize)> {
+) -> Result<BootRun> {
     let mut cfg = vm.config(Mode::Test);
     if let Some(b) = boot {
         b.apply(&mut cfg);
@@ -257,26 +304,58 @@ fn vm_test(
     println!("    console log: {}", o.console_log.display());
     // Expected (the fail-nth test forces them), and worth seeing: a run that should have
     // injected failures and shows none did not test its error paths.
+    let mut notes = vec![];
     if let Some(n) = ktap::forced_failures_note(o.forced_failures) {
         println!("    {n} (expected: tests/selftests/fail_nth.c)");
+        notes.push(n);
+    }
+    // Other code's races: listed, not failed (ours are among `fails`, as console problems).
+    if let Some(n) = ktap::kcsan_not_ours_note(&o.kcsan) {
+        println!("    {n}");
+        notes.push(n);
     }
     println!("\x1b[1m{p} passed, {f} failed, {s} skipped\x1b[0m");
     if !fails.is_empty() {
         for x in &fails {
             eprintln!("\x1b[31merror\x1b[0m: {x}");
         }
+        // The notes too: the summary line of a failed boot is this message.
         bail!(
-            "{} problem(s) in the VM run; console log: {}",
+            "{} problem(s) in the VM run; console log: {}{}",
             fails.len(),
-            o.console_log.display()
+            o.console_log.display(),
+            notes.iter().map(|n| format!("; {n}")).collect::<String>()
         );
     }
-    Ok((p, f, s, o.forced_failures))
+    Ok(BootRun {
+        passed: p,
+        failed: f,
+        skipped: s,
+        notes,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each kernel once, the lab kernel's first where a boot or the two-node stage needs it.
+    #[test]
+    fn each_kernel_is_built_once_for_the_boots_that_need_it() {
+        let all = boots::all();
+        let by = |n: &str| Some(all.iter().find(|b| b.name == n).unwrap().clone());
+        assert_eq!(
+            flavours_of(&[by("main"), by("kcsan"), by("large-bar")], true),
+            [Flavour::Debug, Flavour::Kcsan]
+        );
+        assert_eq!(flavours_of(&[by("kcsan")], false), [Flavour::Kcsan]);
+        assert_eq!(
+            flavours_of(&[by("kcsan")], true),
+            [Flavour::Kcsan, Flavour::Debug]
+        );
+        assert_eq!(flavours_of(&[None], false), [Flavour::Debug]);
+        assert_eq!(flavours_of(&[], true), [Flavour::Debug]);
+    }
 
     /// A prebuilt program or a script of another language in tests/vm/tests is a test like the
     /// shell ones (the old listing saw only `*.sh`, so `--filter` could not pick its boot), and

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// Which kernel a command builds and boots: each has its own configuration, build directory,
 /// module builds and initramfs in the cache; the kernel tree, rdma-core and the userspace
 /// binaries are shared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Flavour {
     /// The lab kernel (`test`, `run`, `vm`, `kernel`, `modules`, `initramfs`):
     /// `linux/p2pbuf.config` as it is, its debug block included. Builds under `build/`.
@@ -21,6 +21,10 @@ pub enum Flavour {
     /// The benchmark kernel (`bench`): `linux/p2pbuf.config` without its
     /// `# BEGIN debug` ... `# END debug` block. Builds under `build/bench/`.
     Bench,
+    /// The KCSAN kernel (`test --boot kcsan` only): `linux/p2pbuf.config` with its debug
+    /// block, KASAN replaced by KCSAN (the two cannot share a kernel). Builds under
+    /// `build/kcsan/`.
+    Kcsan,
 }
 
 impl Flavour {
@@ -29,6 +33,17 @@ impl Flavour {
         match self {
             Flavour::Debug => "",
             Flavour::Bench => " (bench kernel: no debug block)",
+            Flavour::Kcsan => " (KCSAN kernel: the debug block with KCSAN instead of KASAN)",
+        }
+    }
+
+    /// The directory under the cache's `build/` where this flavour builds (none: `build/`
+    /// itself, the lab kernel's).
+    pub fn subdir(self) -> Option<&'static str> {
+        match self {
+            Flavour::Debug => None,
+            Flavour::Bench => Some("bench"),
+            Flavour::Kcsan => Some("kcsan"),
         }
     }
 }
@@ -79,6 +94,16 @@ impl Ctx {
         Self { flavour, ..self }
     }
 
+    /// A copy of this context for the kernel `flavour` (a run that boots two kernels).
+    pub fn flavoured(&self, flavour: Flavour) -> Self {
+        Self {
+            root: self.root.clone(),
+            cache: self.cache.clone(),
+            verbose: self.verbose,
+            flavour,
+        }
+    }
+
     /// `$XDG_CACHE_HOME/p2pbuf`, else `~/.cache/p2pbuf`.
     fn default_cache() -> Option<PathBuf> {
         match std::env::var_os("XDG_CACHE_HOME") {
@@ -118,16 +143,18 @@ impl Ctx {
             .join("tools/libclang/libclang-18.1.1.data/platlib/clang/native")
     }
     /// Where the flavour's kernel, modules and initramfs are built: `build/` for the lab
-    /// kernel (as before flavours existed), `build/bench/` for the benchmark kernel.
+    /// kernel (as before flavours existed), `build/bench/` for the benchmark kernel,
+    /// `build/kcsan/` for the KCSAN kernel.
     pub fn flavour_build(&self) -> PathBuf {
-        match self.flavour {
-            Flavour::Debug => self.cache.join("build"),
-            Flavour::Bench => self.cache.join("build/bench"),
+        let build = self.cache.join("build");
+        match self.flavour.subdir() {
+            None => build,
+            Some(d) => build.join(d),
         }
     }
     /// The kernel build directory (`make O=`) of the flavour. For the lab kernel
     /// `P2PBUF_KBUILD` overrides it (a developer's second build, with `P2PBUF_KSRC` for its
-    /// tree and `--skip-kernel`); the benchmark kernel is always `build/bench/linux`.
+    /// tree and `--skip-kernel`); the other flavours' are always `build/<flavour>/linux`.
     pub fn kbuild(&self) -> PathBuf {
         match std::env::var_os("P2PBUF_KBUILD") {
             Some(d) if !d.is_empty() && self.flavour == Flavour::Debug => PathBuf::from(d),

@@ -2,7 +2,9 @@
 //! WARNs and leaks; the second serial port carries the in-VM suite's KTAP, parsed and printed
 //! as results arrive; a hang ends in a stated timeout.
 
-use crate::ktap::{is_forced_failure, scan_console, Parser, Problem, Status, TestResult};
+use crate::ktap::{
+    is_forced_failure, scan_console, KcsanReport, KcsanScan, Parser, Problem, Status, TestResult,
+};
 use crate::qemu::{qemu_args, VmConfig, VmFiles};
 use crate::util::Ctx;
 use anyhow::{Context, Result};
@@ -25,6 +27,10 @@ pub struct Outcome {
     /// Failures that fault injection forced and reported (`FAULT_INJECTION: forcing a
     /// failure.`: the fail-nth test's, on purpose; see `ktap::is_forced_failure`).
     pub forced_failures: usize,
+    /// Every KCSAN report of the run (the KCSAN kernel's), in order: those of ours are also
+    /// in `problems`; the others are listed in the run's summary
+    /// (`ktap::kcsan_not_ours_note`), not failed.
+    pub kcsan: Vec<KcsanReport>,
     pub timed_out: bool,
     pub exit_ok: bool,
     pub boot_to_init: Option<Duration>,
@@ -147,6 +153,20 @@ pub fn boot_and_watch_with(
     let mut parser = Parser::new();
     let mut problems = vec![];
     let mut forced_failures = 0;
+    let mut kcsan_scan = KcsanScan::default();
+    let mut kcsan = vec![];
+    let mut kcsan_report = |r: KcsanReport, problems: &mut Vec<Problem>| {
+        if !w.echo_console {
+            match &r.ours {
+                Some(_) => println!("  \x1b[31mconsole: KCSAN\x1b[0m: {}", r.problem().line),
+                None => println!("  \x1b[33mconsole: KCSAN (not ours)\x1b[0m: {}", r.title),
+            }
+        }
+        if r.ours.is_some() {
+            problems.push(r.problem());
+        }
+        kcsan.push(r);
+    };
     let mut boot_to_init = None;
     let mut res = fs::File::open(&files.results)?;
     let mut pending = String::new();
@@ -199,6 +219,9 @@ pub fn boot_and_watch_with(
                 if is_forced_failure(&line) {
                     forced_failures += 1;
                 }
+                if let Some(r) = kcsan_scan.feed(&line) {
+                    kcsan_report(r, &mut problems);
+                }
                 if let Some(p) = scan_console(&line) {
                     if !w.echo_console {
                         println!("  \x1b[31mconsole: {}\x1b[0m: {}", p.kind, p.line);
@@ -221,10 +244,14 @@ pub fn boot_and_watch_with(
         }
     }
     drain_results(&mut parser, &mut pending, &mut pos, true)?;
+    if let Some(r) = kcsan_scan.finish() {
+        kcsan_report(r, &mut problems);
+    }
     Ok(Outcome {
         parser,
         problems,
         forced_failures,
+        kcsan,
         timed_out,
         exit_ok: exited.map(|s| s.success()).unwrap_or(false),
         boot_to_init,
