@@ -37,6 +37,9 @@ pub(crate) struct State {
 
 const MAX_REFUSALS: usize = 16;
 
+/// The exporter name of every buffer (`exp_name`, shown in debugfs and fdinfo).
+pub(crate) const EXPORTER_NAME: &CStr = c"p2pbuf";
+
 /// A PCI BAR registered as p2pdma memory.
 ///
 /// # Locks
@@ -168,7 +171,7 @@ impl Provider {
         }
         let (buf, dmabuf) = Exported::new(
             module,
-            c"p2pbuf",
+            EXPORTER_NAME,
             length,
             kernel::fs::file::flags::O_RDWR,
             Buffer::new(self.clone(), id, mem),
@@ -223,16 +226,30 @@ impl Provider {
     }
 
     /// Unbind: refuse new allocations, revoke every buffer (importers unmap, CPU mappings are
-    /// zapped, memory goes back), then forget them.
+    /// zapped, memory goes back), and forget each once it is revoked.
+    ///
+    /// A buffer stays listed until its revoke has returned: a `REVOKE` of it meanwhile finds it
+    /// and waits for that revoke (a second revoker waits for the first), and one that no longer
+    /// finds it may answer that the unbind revoked it (see `revoke()` of the ioctls).
     fn shutdown(&self) {
-        let buffers = {
-            let mut state = self.state.lock();
-            state.gone = true;
-            core::mem::take(&mut state.buffers)
-        };
-        let n = buffers.len();
-        for e in buffers.iter() {
-            e.buf.revoke();
+        self.state.lock().gone = true;
+        // Nothing is added to the list once `gone` is set, and every turn takes the first entry
+        // off it (here, or in `forget` when its file went meanwhile): the loop ends.
+        let mut n = 0usize;
+        loop {
+            let buf = match self.state.lock().buffers.first() {
+                Some(e) => e.buf.clone(),
+                None => break,
+            };
+            buf.revoke();
+            n += 1;
+            let entry = {
+                let mut state = self.state.lock();
+                let i = state.buffers.iter().position(|e| e.buf.id == buf.id);
+                i.and_then(|i| state.buffers.remove(i).ok())
+            };
+            // Dropped outside the lock, as in `forget`.
+            drop(entry);
         }
         dev_info!(&*self.pdev, "unbound: {} buffer(s) revoked\n", n);
     }

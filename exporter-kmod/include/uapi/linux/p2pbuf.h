@@ -143,7 +143,9 @@ struct p2pbuf_alloc {
  *	is an fd of anything else (another exporter's dma-buf, a regular file, ...)
  * @flags: in: must be 0 (-EINVAL otherwise)
  *
- * Revoking a revoked buffer again succeeds and does nothing.
+ * Revoking a revoked buffer again succeeds and does nothing. So does revoking a buffer whose
+ * provider's device was unbound: the unbind revoked it, and REVOKE returns 0 (only once that
+ * revoke is complete, when the unbind is still running).
  */
 struct p2pbuf_revoke {
 	__u32 size;
