@@ -300,7 +300,8 @@ struct p2pbuf_dma_import {
 /**
  * struct p2pbuf_dma_release - release a handle (detach from the buffer)
  * @size: in: sizeof(struct p2pbuf_dma_release)
- * @handle: in: a handle of this file; -ENOENT otherwise
+ * @handle: in: a handle of this file; -ENOENT otherwise (-ENODEV once the engine's device is
+ *	unbound: the unbind released every handle)
  * @flags: in: must be 0
  * @reserved: in: must be 0
  *
