@@ -8,9 +8,11 @@
  *
  * Every ioctl argument starts with a __u32 @size: the caller sets it to sizeof() of the
  * struct it was compiled with. The kernel accepts any size from the first published version
- * of the struct upwards; bytes past the end of the kernel's own struct must be zero
- * (-E2BIG otherwise), so the structs can grow at the end. Flags fields reject unknown bits
- * with -EINVAL.
+ * of the struct up to the page size (4096 on x86-64; -E2BIG above it, before anything past
+ * @size is read, as openat2() and clone3() do); bytes past the end of the kernel's own struct
+ * must be zero (-E2BIG otherwise), so the structs can grow at the end, never past a page. The
+ * kernel reads @size once: the value it checked is the one it uses. Flags fields reject
+ * unknown bits with -EINVAL.
  *
  * The ioctl numbers are _IOWR()/_IOW() of the struct each one passes, so that strace and
  * other decoders know the argument. The size encoded in a number is that of the struct's
@@ -19,8 +21,8 @@
  * any other direction or size gets -ENOTTY.
  *
  * Errors every ioctl of both devices can return: -EFAULT for a bad argument pointer,
- * -EINVAL for a @size below the first version's, -E2BIG for a non-zero tail past the
- * kernel's struct, -ENOTTY for an unknown ioctl number.
+ * -EINVAL for a @size below the first version's, -E2BIG for a @size above the page size or a
+ * non-zero tail past the kernel's struct, -ENOTTY for an unknown ioctl number.
  *
  * Ioctl magic 0xBB, numbers 0x00-0x1F. The exporter is out of tree; the line it would add
  * to Documentation/userspace-api/ioctl/ioctl-number.rst (between 0xBA and 0xC0) is:
