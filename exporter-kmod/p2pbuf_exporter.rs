@@ -12,7 +12,8 @@
 //! once its last user is gone.
 //!
 //! Layout: [`uapi`] (ioctl structs), [`provider`] (the PCI driver and a BAR's bookkeeping),
-//! [`buffer`] (the dma-buf exporter callbacks), [`debugfs`] (state for humans and tests).
+//! [`buffer`] (the dma-buf exporter callbacks), [`debugfs`] (state for humans and tests),
+//! [`ratelimit`] (log messages that users can cause).
 
 use kernel::{
     dma_buf::{export::Exported, DmaBuf},
@@ -27,6 +28,7 @@ use kernel::{
 mod buffer;
 mod debugfs;
 mod provider;
+mod ratelimit;
 mod uapi;
 mod uapi_arg;
 

@@ -3,7 +3,7 @@
 //! A provider: one PCI device's BAR registered as p2pdma memory, its buffers, and the PCI
 //! driver that creates providers on probe and revokes their buffers on unbind.
 
-use crate::{buffer::Buffer, uapi, PROVIDERS};
+use crate::{buffer::Buffer, ratelimit::dev_ratelimited, uapi, PROVIDERS};
 use kernel::{
     bindings, device,
     device::Core,
@@ -77,7 +77,9 @@ impl Provider {
     /// Records that `dev` was refused, for debugfs, and says so in the debug log.
     pub(crate) fn refuse(&self, dev: &device::Device, why: &'static CStr) {
         let dev_name = dev.name().to_str().unwrap_or("?");
-        dev_dbg!(
+        // Importers attach on behalf of whoever holds the buffer's fd: rate limited.
+        dev_ratelimited!(
+            dev_dbg,
             &*self.pdev,
             "refusing {}: {}\n",
             dev_name,
@@ -141,7 +143,9 @@ impl Provider {
             return Err(EINVAL);
         }
         if length > self.bar_size {
-            dev_info!(
+            // Any holder of a `/dev/p2pbuf` fd can ask again and again: rate limited.
+            dev_ratelimited!(
+                dev_info,
                 &*self.pdev,
                 "p2pbuf: cannot allocate {} bytes from BAR{} of {} bytes ({} MiB): ask for at most the BAR's size (PROVIDER_INFO), or give the device a larger BAR (lab: cargo xtask --gpu-mem-mib)\n",
                 length,
