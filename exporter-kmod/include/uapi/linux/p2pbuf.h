@@ -331,7 +331,10 @@ struct p2pbuf_dma_release {
  *	buffer, must not overlap (-EINVAL otherwise, also on arithmetic overflow)
  * @copied: out: bytes copied, also written when the copy fails part way
  * @timeout_ms: in: how long to wait for each transfer's completion interrupt; 0: the
- *	default (1000 ms). The copy fails with -ETIMEDOUT when one does not come in time.
+ *	default (1000 ms). The copy fails with -ETIMEDOUT when one does not come in time: the
+ *	engine's bus mastering is turned off at once and the copy returns once the transfer
+ *	has ended (mastering is then on again). An engine whose transfer never ends stays
+ *	disabled, and every copy fails with -EIO, until its device is bound again.
  * @nr_transfers: out: engine transfers (DMA commands) the copy issued
  *
  * The engine copies through its internal window (4095 bytes on the lab's device), one window at
