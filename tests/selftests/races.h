@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/dma-buf.h>
 
 #include "uapi/linux/p2pbuf.h"
 #include "p2pbuf_test.h"
@@ -334,6 +335,56 @@ RACES_HELPER pid_t sysfs_write_child(const char *path, const char *val, int go_f
 		sleep_ns(delay_ns);
 	spin(spins);
 	_exit(-sysfs_write(path, val));
+}
+
+/* ---- A fence that userspace controls (CONFIG_SW_SYNC) ----------------------------------- */
+
+#define SW_SYNC_PATH "/sys/kernel/debug/sync/sw_sync"
+
+struct sw_sync_create_fence_data {
+	__u32 value;
+	char name[32];
+	__s32 fence;
+};
+
+#define SW_SYNC_IOC_CREATE_FENCE _IOWR('W', 0, struct sw_sync_create_fence_data)
+#define SW_SYNC_IOC_INC _IOW('W', 1, __u32)
+
+/*
+ * Puts an unsignalled fence (a sw_sync point) into the reservation object of buf_fd as a
+ * write: REVOKE then waits in dma_resv_wait_timeout() until the test signals it (with the
+ * buffer's reservation lock held before the fix of review finding N7). Returns the timeline fd
+ * (closing it signals the fence too), or -errno.
+ */
+RACES_HELPER int plant_fence(int buf_fd)
+{
+	struct sw_sync_create_fence_data d = { .value = 1, .name = "p2pbuf-races" };
+	struct dma_buf_import_sync_file imp = { .flags = DMA_BUF_SYNC_WRITE };
+	int tl = open(SW_SYNC_PATH, O_RDWR | O_CLOEXEC), e;
+
+	if (tl < 0)
+		return -errno;
+	if (ioctl(tl, SW_SYNC_IOC_CREATE_FENCE, &d)) {
+		e = -errno;
+		close(tl);
+		return e;
+	}
+	imp.fd = d.fence;
+	if (ioctl(buf_fd, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, &imp)) {
+		e = -errno;
+		close(d.fence);
+		close(tl);
+		return e;
+	}
+	close(d.fence);
+	return tl;
+}
+
+RACES_HELPER void fence_signal(int tl)
+{
+	__u32 one = 1;
+
+	ioctl(tl, SW_SYNC_IOC_INC, &one);
 }
 
 #endif /* P2PBUF_RACES_H */
