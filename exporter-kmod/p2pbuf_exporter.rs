@@ -181,7 +181,8 @@ fn provider(id: u32) -> Result<Arc<Provider>> {
 /// The buffer behind dma-buf fd `fd`: `EBADF` if it is no open fd, `EINVAL` if it is not a
 /// buffer of a bound provider. Returns the buffer and its provider's id.
 fn buffer(fd: i32) -> Result<(Exported<buffer::Buffer>, u32)> {
-    find_buffer(&DmaBuf::get(fd)?)?.ok_or(EINVAL)
+    let dmabuf = DmaBuf::get(fd)?;
+    find_buffer(&dmabuf)?.ok_or(EINVAL)
 }
 
 /// The buffer `dmabuf` is, if a bound provider lists it, with its provider's id.

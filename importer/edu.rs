@@ -158,8 +158,9 @@ impl Edu {
         bar.write_reg(IRQ_ACK::zeroed().with_dma(true).with_fact(true));
         let bar = bar.into_devres()?;
         let generic: &pci::Device = pdev;
+        let pdev: ARef<pci::Device> = generic.into();
         Ok(try_pin_init!(Self {
-            pdev: generic.into(),
+            pdev,
             bar,
             hw <- new_mutex!(HwState { dead: false }),
         }))
