@@ -116,27 +116,6 @@ static int recv_fd(int sock)
 	return fd;
 }
 
-/* Reads exactly len bytes from fd within secs; the number read. */
-static ssize_t read_within(int fd, void *buf, size_t len, double secs)
-{
-	double end = now() + secs;
-	size_t got = 0;
-
-	while (got < len) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int left = (int)((end - now()) * 1000);
-		ssize_t n;
-
-		if (left <= 0 || poll(&p, 1, left) <= 0)
-			break;
-		n = read(fd, (char *)buf + got, len - got);
-		if (n <= 0)
-			break;
-		got += n;
-	}
-	return got;
-}
-
 FIXTURE(races) {
 	int p2p;
 	char pci[64];
