@@ -7,10 +7,10 @@ use kernel::{
     device,
     dma::DataDirection,
     dma_buf::{
-        export::{ExportedSgt, Exporter, PhysRange},
+        export::{ExportedSgt, Exporter, MmapVma, PhysRange},
         Attachment, IoSysMap, ResvHeld,
     },
-    mm::virt::{flags as vm_flags, VmFault, VmaNew},
+    mm::virt::{flags as vm_flags, VmFault},
     new_mutex,
     page::PAGE_SIZE,
     pci::p2pdma::{MapType, P2pPages},
@@ -20,6 +20,7 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
+    time::{delay::fsleep, Delta},
 };
 
 /// What the exporter keeps of one attachment (its [`Exporter::AttachData`]), for debugfs and
@@ -160,7 +161,15 @@ pub(crate) struct Buffer {
     /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
     /// importers such as rxe, which bracket every access), for debugfs.
     pub(crate) cpu_access: [Atomic<u64>; 2],
+    /// Pages inserted into userspace mappings by `fault` (for debugfs, and for revoke: only a
+    /// buffer that was mapped can have pages that I/O pinned through a mapping).
+    pub(crate) inserted: Atomic<u64>,
 }
+
+/// How long a revoke waits for I/O that pinned pages of the buffer through a mapping (an
+/// `O_DIRECT` read or write in flight) before it gives up saying so; 10 s, far above what one
+/// request takes.
+const PIN_WAIT_MS: u64 = 10_000;
 
 impl Buffer {
     /// Creates the exporter data for `mem`, `id` being its number for debugfs.
@@ -179,6 +188,7 @@ impl Buffer {
             mem <- new_mutex!(Some(mem)),
             refusals <- new_mutex!(Refusals::default()),
             cpu_access: [Atomic::new(0), Atomic::new(0)],
+            inserted: Atomic::new(0),
         })
     }
 
@@ -192,6 +202,36 @@ impl Buffer {
         // Without memory for the name the count still goes up; the last record stays.
         if let Some(name) = name {
             r.last = Some((name, code, why));
+        }
+    }
+
+    /// Waits until no page of `mem` is held by anyone but the buffer, for at most
+    /// [`PIN_WAIT_MS`], and says in the log what is left if that was not enough.
+    ///
+    /// Called by revoke after the abstraction zapped every mapping, so that no new pin can be
+    /// taken: what still holds a page is I/O that pinned it through a mapping before (`O_DIRECT`
+    /// pins with `FOLL_PCI_P2PDMA`) and writes to it until it completes. Returning before that
+    /// would break revoke's promise that nobody reaches the memory afterwards.
+    fn wait_unpinned(&self, mem: &P2pPages) {
+        let (mut waited, mut step) = (0, 1);
+        loop {
+            let busy = mem.busy_pages();
+            if busy == 0 {
+                return;
+            }
+            if waited >= PIN_WAIT_MS {
+                dev_warn!(
+                    &*self.provider.pdev,
+                    "p2pbuf: buffer {} revoked with {} page(s) still pinned by I/O after {} ms; they go back to the pool when it completes\n",
+                    self.id,
+                    busy,
+                    waited
+                );
+                return;
+            }
+            fsleep(Delta::from_millis(step as i64));
+            waited += step;
+            step = (step * 2).min(500);
         }
     }
 
@@ -267,8 +307,11 @@ impl Exporter for Buffer {
     ) -> Result<ExportedSgt<'a>> {
         let mem = this.mem.lock();
         let mem = mem.as_ref().ok_or(ENODEV)?;
-        let range = [PhysRange::new(mem.phys_addr(), this.size)];
-        let sgt = ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)?;
+        let range = [PhysRange::new(mem.phys_addr(), mem.size())];
+        // SAFETY: The range is the buffer's own allocation, from `mem.provider()`; it is only
+        // given back in `revoke` and `release`, which the abstraction calls after every unmap.
+        let sgt =
+            unsafe { ExportedSgt::from_phys_ranges(attach, held, mem.provider(), &range, dir)? };
         info.last_map.set(SgShape::of(&sgt));
         Ok(sgt)
     }
@@ -287,7 +330,7 @@ impl Exporter for Buffer {
     /// Sets up a shared mapping of the buffer's pages (p2pdma pages, with `struct page`, so that
     /// `O_DIRECT` I/O into the mapping is a peer-to-peer transfer). Nothing is mapped here:
     /// [`Exporter::fault`] inserts each page on first access.
-    fn mmap(this: &Self, vma: &VmaNew) -> Result {
+    fn mmap(this: &Self, vma: &MmapVma<'_>) -> Result {
         if vma.flags() & vm_flags::SHARED == 0 {
             return Err(EINVAL);
         }
@@ -316,7 +359,9 @@ impl Exporter for Buffer {
             .page(vmf.pgoff())
             .ok_or(EINVAL)?;
         let vma = vmf.vma().as_mixedmap_vma().ok_or(EINVAL)?;
-        vma.vm_insert_page(vmf.address(), &page)
+        vma.vm_insert_page(vmf.address(), &page)?;
+        this.inserted.add(1, Relaxed);
+        Ok(())
     }
 
     fn vmap(this: &Self, _held: &ResvHeld<'_>) -> Result<IoSysMap> {
@@ -324,10 +369,15 @@ impl Exporter for Buffer {
         Ok(IoSysMap::iomem(mem.as_ref().ok_or(ENODEV)?.as_ptr().cast()))
     }
 
-    /// Called once every importer has unmapped: the memory goes back to the provider (pages
-    /// that a process still maps or that I/O still pins go back when those let go).
+    /// Called once every importer has unmapped and every mapping was zapped: waits (bounded)
+    /// for I/O that pinned pages through a mapping, then the memory goes back to the provider.
     fn revoke(this: &Self) {
-        drop(this.take_memory());
+        if let Some(mem) = this.take_memory() {
+            if this.inserted.load(Relaxed) != 0 {
+                this.wait_unpinned(&mem);
+            }
+            drop(mem);
+        }
         dev_dbg!(&*this.provider.pdev, "buffer {} revoked\n", this.id);
     }
 

@@ -12,7 +12,8 @@
 //! once its last user is gone.
 //!
 //! Layout: [`uapi`] (ioctl structs), [`provider`] (the PCI driver and a BAR's bookkeeping),
-//! [`buffer`] (the dma-buf exporter callbacks), [`debugfs`] (state for humans and tests).
+//! [`buffer`] (the dma-buf exporter callbacks), [`debugfs`] (state for humans and tests),
+//! [`ratelimit`] (log messages that users can cause).
 
 use kernel::{
     dma_buf::{export::Exported, DmaBuf},
@@ -27,6 +28,7 @@ use kernel::{
 mod buffer;
 mod debugfs;
 mod provider;
+mod ratelimit;
 mod uapi;
 mod uapi_arg;
 
@@ -180,11 +182,26 @@ fn provider(id: u32) -> Result<Arc<Provider>> {
 /// buffer of a bound provider. Returns the buffer and its provider's id.
 fn buffer(fd: i32) -> Result<(Exported<buffer::Buffer>, u32)> {
     let dmabuf = DmaBuf::get(fd)?;
+    find_buffer(&dmabuf)?.ok_or(EINVAL)
+}
+
+/// The buffer `dmabuf` is, if a bound provider lists it, with its provider's id.
+fn find_buffer(dmabuf: &DmaBuf) -> Result<Option<(Exported<buffer::Buffer>, u32)>> {
     let providers = PROVIDERS.lock().clone_ids()?;
-    providers
+    Ok(providers
         .iter()
-        .find_map(|(id, p)| p.find(&dmabuf).map(|b| (b, *id)))
-        .ok_or(EINVAL)
+        .find_map(|(id, p)| p.find(dmabuf).map(|b| (b, *id))))
+}
+
+/// Whether this module exported `dmabuf` ([`Provider::alloc`] is its only exporter): its owner
+/// is this module and its exporter name ours.
+fn exported_here(dmabuf: &DmaBuf) -> bool {
+    let module = kernel::module::this_module::<crate::LocalModule>();
+    // SAFETY: `dmabuf` is a valid buffer while we hold our reference on it, and `owner` is set
+    // by `dma_buf_export()` and never written again.
+    let owner = unsafe { (*dmabuf.as_raw()).owner };
+    core::ptr::eq(owner, module.as_ptr())
+        && dmabuf.exporter_name().to_bytes() == provider::EXPORTER_NAME.to_bytes()
 }
 
 /// An open `/dev/p2pbuf`.
@@ -278,9 +295,17 @@ fn revoke(arg: usize) -> Result {
     if a.flags != 0 {
         return Err(EINVAL);
     }
-    // No lock is held while revoking.
-    let (buf, _) = buffer(a.fd)?;
-    buf.revoke();
+    let dmabuf = DmaBuf::get(a.fd)?;
+    match find_buffer(&dmabuf)? {
+        // No lock is held while revoking.
+        Some((buf, _)) => buf.revoke(),
+        // Ours, but no bound provider lists it: its provider was unbound, and the unbind
+        // revoked it (`Provider::shutdown` unlists a buffer only once its revoke has returned,
+        // and every other buffer leaves the list only when its file is gone). Revoking a
+        // revoked buffer succeeds and does nothing.
+        None if exported_here(&dmabuf) => {}
+        None => return Err(EINVAL),
+    }
     Ok(())
 }
 

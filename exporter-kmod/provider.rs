@@ -3,7 +3,7 @@
 //! A provider: one PCI device's BAR registered as p2pdma memory, its buffers, and the PCI
 //! driver that creates providers on probe and revokes their buffers on unbind.
 
-use crate::{buffer::Buffer, uapi, PROVIDERS};
+use crate::{buffer::Buffer, ratelimit::dev_ratelimited, uapi, PROVIDERS};
 use kernel::{
     bindings, device,
     device::Core,
@@ -36,6 +36,9 @@ pub(crate) struct State {
 }
 
 const MAX_REFUSALS: usize = 16;
+
+/// The exporter name of every buffer (`exp_name`, shown in debugfs and fdinfo).
+pub(crate) const EXPORTER_NAME: &CStr = c"p2pbuf";
 
 /// A PCI BAR registered as p2pdma memory.
 ///
@@ -74,7 +77,9 @@ impl Provider {
     /// Records that `dev` was refused, for debugfs, and says so in the debug log.
     pub(crate) fn refuse(&self, dev: &device::Device, why: &'static CStr) {
         let dev_name = dev.name().to_str().unwrap_or("?");
-        dev_dbg!(
+        // Importers attach on behalf of whoever holds the buffer's fd: rate limited.
+        dev_ratelimited!(
+            dev_dbg,
             &*self.pdev,
             "refusing {}: {}\n",
             dev_name,
@@ -138,7 +143,9 @@ impl Provider {
             return Err(EINVAL);
         }
         if length > self.bar_size {
-            dev_info!(
+            // Any holder of a `/dev/p2pbuf` fd can ask again and again: rate limited.
+            dev_ratelimited!(
+                dev_info,
                 &*self.pdev,
                 "p2pbuf: cannot allocate {} bytes from BAR{} of {} bytes ({} MiB): ask for at most the BAR's size (PROVIDER_INFO), or give the device a larger BAR (lab: cargo xtask --gpu-mem-mib)\n",
                 length,
@@ -160,13 +167,15 @@ impl Provider {
             (mem, state.next_id)
         };
         // Hand out no stale data: zero the memory (MMIO: with I/O accessors), unless a caller
-        // allowed to read the BAR anyway asked for it as it is.
+        // allowed to read the BAR anyway asked for it as it is. A GPU-sized buffer takes
+        // minutes at uncached speed: the clear reschedules, and stops for a signal (a killed
+        // process is gone at once; the half-cleared memory goes back with `mem`).
         if zero {
-            mem.zero();
+            mem.zero_interruptible()?;
         }
         let (buf, dmabuf) = Exported::new(
             module,
-            c"p2pbuf",
+            EXPORTER_NAME,
             length,
             kernel::fs::file::flags::O_RDWR,
             Buffer::new(self.clone(), id, mem),
@@ -221,16 +230,30 @@ impl Provider {
     }
 
     /// Unbind: refuse new allocations, revoke every buffer (importers unmap, CPU mappings are
-    /// zapped, memory goes back), then forget them.
+    /// zapped, memory goes back), and forget each once it is revoked.
+    ///
+    /// A buffer stays listed until its revoke has returned: a `REVOKE` of it meanwhile finds it
+    /// and waits for that revoke (a second revoker waits for the first), and one that no longer
+    /// finds it may answer that the unbind revoked it (see `revoke()` of the ioctls).
     fn shutdown(&self) {
-        let buffers = {
-            let mut state = self.state.lock();
-            state.gone = true;
-            core::mem::take(&mut state.buffers)
-        };
-        let n = buffers.len();
-        for e in buffers.iter() {
-            e.buf.revoke();
+        self.state.lock().gone = true;
+        // Nothing is added to the list once `gone` is set, and every turn takes the first entry
+        // off it (here, or in `forget` when its file went meanwhile): the loop ends.
+        let mut n = 0usize;
+        loop {
+            let buf = match self.state.lock().buffers.first() {
+                Some(e) => e.buf.clone(),
+                None => break,
+            };
+            buf.revoke();
+            n += 1;
+            let entry = {
+                let mut state = self.state.lock();
+                let i = state.buffers.iter().position(|e| e.buf.id == buf.id);
+                i.and_then(|i| state.buffers.remove(i).ok())
+            };
+            // Dropped outside the lock, as in `forget`.
+            drop(entry);
         }
         dev_info!(&*self.pdev, "unbound: {} buffer(s) revoked\n", n);
     }

@@ -4,16 +4,26 @@
 //! exporter and the importer module (the importer includes this file with `#[path]`).
 //!
 //! Every struct starts with a `u32` size that the caller sets to the size it was compiled with.
-//! [`read_arg`] accepts any size from [`ArgStruct::MIN_SIZE`] upwards: a shorter struct from an
-//! older caller is zero-extended, a longer one from a newer caller must have a zero tail
-//! (`E2BIG` otherwise), as `copy_struct_from_user()` does. [`write_arg`] writes back at most
-//! as many bytes as the caller said it has.
+//! [`read_arg`] accepts any size from [`ArgStruct::MIN_SIZE`] up to [`MAX_SIZE`] (a page): a
+//! shorter struct from an older caller is zero-extended, a longer one from a newer caller must
+//! have a zero tail (`E2BIG` otherwise), as `copy_struct_from_user()` does; a size above a page
+//! is `E2BIG` before anything past the size field is read, as `openat2()` and `clone3()` answer.
+//! The size is read from user memory once: the struct handed back carries that value, whatever
+//! the caller's memory holds by the time the rest is read. [`write_arg`] writes back at most as
+//! many bytes as the caller said it has.
 
 use kernel::{
+    page::PAGE_SIZE,
     prelude::*,
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice},
 };
+
+/// The largest size field accepted: no struct will grow past a page.
+pub(crate) const MAX_SIZE: usize = PAGE_SIZE;
+
+/// Bytes of the size field that starts every struct.
+const SIZE_FIELD: usize = size_of::<u32>();
 
 /// An ioctl argument struct.
 pub(crate) trait ArgStruct: FromBytes + AsBytes + Default + core::marker::Copy {
@@ -24,17 +34,31 @@ pub(crate) trait ArgStruct: FromBytes + AsBytes + Default + core::marker::Copy {
 /// Reads the argument struct at `arg`; returns it and the size the caller declared.
 pub(crate) fn read_arg<T: ArgStruct>(arg: usize) -> Result<(T, usize)> {
     let ptr = UserPtr::from_addr(arg);
-    let mut size = [0u8; 4];
-    UserSlice::new(ptr, 4).reader().read_slice(&mut size)?;
-    let size = usize::try_from(u32::from_ne_bytes(size))?;
-    if size < T::MIN_SIZE {
+    let mut size_field = [0u8; SIZE_FIELD];
+    UserSlice::new(ptr, SIZE_FIELD)
+        .reader()
+        .read_slice(&mut size_field)?;
+    let size = usize::try_from(u32::from_ne_bytes(size_field))?;
+    if size < T::MIN_SIZE || size < SIZE_FIELD {
         return Err(EINVAL);
     }
+    if size > MAX_SIZE {
+        return Err(E2BIG);
+    }
     let ours = size_of::<T>();
-    let mut reader = UserSlice::new(ptr, size).reader();
     let mut val = T::default();
-    reader.read_slice(&mut val.as_bytes_mut()[..size.min(ours)])?;
-    // A newer caller's extension must be all zeros: we do not know what it asks for.
+    // The size field as validated above, not as a second read would find it.
+    val.as_bytes_mut()
+        .get_mut(..SIZE_FIELD)
+        .ok_or(EINVAL)?
+        .copy_from_slice(&size_field);
+    let mut reader = UserSlice::new(ptr, size).reader();
+    reader.skip(SIZE_FIELD)?;
+    if let Some(rest) = val.as_bytes_mut().get_mut(SIZE_FIELD..size.min(ours)) {
+        reader.read_slice(rest)?;
+    }
+    // A newer caller's extension must be all zeros: we do not know what it asks for. At most a
+    // page minus our struct, so no reschedule is needed on the way.
     let mut tail = [0u8; 64];
     let mut left = size.saturating_sub(ours);
     while left > 0 {

@@ -23,13 +23,14 @@
 //! [`pci::IrqVectorRegistration`]: kernel::pci::IrqVectorRegistration
 
 use kernel::{
+    bindings,
     device::Bound,
     dma::DmaAddress,
     io::{poll::read_poll_timeout, Io, IoBackend, IoBase, MmioBackend},
     new_mutex, pci,
     pci::DevresBar,
     prelude::*,
-    sync::{lock::mutex::MutexGuard, Mutex},
+    sync::{aref::ARef, lock::mutex::MutexGuard, Mutex},
     time::Delta,
 };
 
@@ -124,6 +125,8 @@ struct HwState {
 /// The DMA engine of one `edu` device.
 #[pin_data]
 pub(crate) struct Edu {
+    /// The device, for its bus-master bit (see [`Edu::bus_master`]).
+    pdev: ARef<pci::Device>,
     bar: DevresBar<{ END }>,
     #[pin]
     hw: Mutex<HwState>,
@@ -154,7 +157,10 @@ impl Edu {
         // No interrupt is pending from before us.
         bar.write_reg(IRQ_ACK::zeroed().with_dma(true).with_fact(true));
         let bar = bar.into_devres()?;
+        let generic: &pci::Device = pdev;
+        let pdev: ARef<pci::Device> = generic.into();
         Ok(try_pin_init!(Self {
+            pdev,
             bar,
             hw <- new_mutex!(HwState { dead: false }),
         }))
@@ -173,6 +179,32 @@ impl Edu {
     fn busy(&self) -> Result<bool> {
         let bar = self.bar.try_access().ok_or(ENODEV)?;
         Ok(bar.read(DMA_CMD).run())
+    }
+
+    /// Turns the device's bus mastering on or off: off, a transfer still running cannot reach
+    /// memory (QEMU drops its accesses; real PCI devices must not issue any). `ENODEV` once the
+    /// device is unbound (its probe set mastering again if it is bound anew).
+    fn bus_master(&self, on: bool) -> Result {
+        // The BAR is ours only while the device is bound to us: while we hold it, the config
+        // space write below cannot reach a device that another driver (or none) has now.
+        let _bound = self.bar.try_access().ok_or(ENODEV)?;
+        let pdev = core::ptr::from_ref::<pci::Device>(&self.pdev)
+            .cast::<bindings::pci_dev>()
+            .cast_mut();
+        if on {
+            // SAFETY: `pci::Device` is `repr(transparent)` over `Opaque<struct pci_dev>`, so
+            // `pdev` points to the valid `struct pci_dev` that `self.pdev` keeps referenced, and
+            // the device is bound to this driver while `_bound` is held (its BAR mapping is
+            // revoked at unbind). `pci_set_master()` only reads and writes config space, under
+            // the PCI config spinlock, which is allowed in the RCU read-side section the guard
+            // holds.
+            unsafe { bindings::pci_set_master(pdev) };
+        } else {
+            // SAFETY: As for `pci_set_master()` above; `pci_clear_master()` likewise only writes
+            // `PCI_COMMAND` in config space.
+            unsafe { bindings::pci_clear_master(pdev) };
+        }
+        Ok(())
     }
 
     /// Waits until no transfer runs, polling every [`POLL`], for at most `timeout`
@@ -237,7 +269,12 @@ impl Claim<'_> {
         let edu = self.edu;
         // A transfer that timed out earlier has ended (or the engine is dead): see below.
         if edu.busy()? {
-            edu.wait_idle(GRACE).inspect_err(|_| self.hw.dead = true)?;
+            let _ = edu.bus_master(false);
+            if let Err(e) = edu.wait_idle(GRACE) {
+                self.give_up();
+                return Err(e);
+            }
+            edu.bus_master(true)?;
         }
         {
             let bar = edu.bar.try_access().ok_or(ENODEV)?;
@@ -250,13 +287,27 @@ impl Claim<'_> {
             Err(e) if e == ETIMEDOUT => {}
             done => return done,
         }
-        // Not done in time. The engine cannot be stopped, and our caller unmaps the memory
-        // once we return: wait (a bounded time) until it is idle before giving up.
+        // Not done in time. The transfer cannot be aborted, and our caller unmaps the memory
+        // once we return: first take the bus from the engine (review N11), so that whatever it
+        // still does reaches no memory, then wait (a bounded time) until it is idle. An engine
+        // that ends the transfer gets the bus back; one that never does stays without it, and
+        // disabled, until the device is bound again.
+        // `ENODEV` only once the device is unbound, and the unbind waits for copies in flight.
+        edu.bus_master(false)?;
         if edu.wait_idle(GRACE).is_err() {
-            self.hw.dead = true;
-            pr_err!("p2pbuf_importer: DMA transfer never ended; engine disabled\n");
+            self.give_up();
+            return Err(ETIMEDOUT);
         }
+        edu.bus_master(true)?;
         Err(ETIMEDOUT)
+    }
+
+    /// The engine never became idle: disabled until the device is bound again (its probe
+    /// enables bus mastering again), with bus mastering off.
+    fn give_up(&mut self) {
+        self.hw.dead = true;
+        let _ = self.edu.bus_master(false);
+        pr_err!("p2pbuf_importer: DMA transfer never ended; engine disabled until rebound\n");
     }
 }
 

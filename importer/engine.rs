@@ -146,10 +146,14 @@ impl Engine {
         }
     }
 
-    /// Releases `handle` of `owner`.
+    /// Releases `handle` of `owner`; `ENODEV` once the engine is unbound (the unbind released
+    /// every handle already), as for every other ioctl.
     pub(crate) fn release(&self, owner: u64, handle: u32) -> Result {
         let entry = {
             let mut st = self.state.lock();
+            if st.gone {
+                return Err(ENODEV);
+            }
             let i = st
                 .imports
                 .iter()

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,27 @@ static inline double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Reads len bytes from fd within secs (less on a timeout, EOF or error): the number read. */
+static inline ssize_t read_within(int fd, void *buf, size_t len, double secs)
+{
+	double end = now() + secs;
+	size_t got = 0;
+
+	while (got < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = (int)((end - now()) * 1000);
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			break;
+		n = read(fd, (char *)buf + got, len - got);
+		if (n <= 0)
+			break;
+		got += n;
+	}
+	return got;
 }
 
 /* A number from the kernel command line (p2pbuf.<key>=N), or def. */

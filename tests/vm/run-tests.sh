@@ -40,12 +40,24 @@ kmemleak_clear
 # The project's modules are loaded for every test (lab_modules checks unload and reload).
 load_modules || echo "# could not load the p2pbuf modules (see dmesg)" >/dev/kmsg
 
+# Tests that inject allocation failures (fail_nth, udmabuf_sync_race's failslab half) run
+# last: dma-debug switches itself off when one of its own allocations fails under them ("DMA-API:
+# cacheline tracking ENOMEM, dma-debug disabled"), and no test may run unchecked after that.
 tests=""
+last=""
 for t in /p2pbuf/tests/*; do
 	[ -x "$t" ] || continue
 	selected "$(basename "$t")" || continue
-	case "$(basename "$t")" in *"$filter"*) tests="$tests $t" ;; esac
+	case "$(basename "$t")" in
+	*"$filter"*)
+		case "$(basename "$t")" in
+		fail_nth* | udmabuf_sync_race*) last="$last $t" ;;
+		*) tests="$tests $t" ;;
+		esac
+		;;
+	esac
 done
+tests="$tests$last"
 suites=""
 [ -n "$only" ] || for s in /sys/kernel/debug/kunit/*; do
 	[ -f "$s/results" ] || continue

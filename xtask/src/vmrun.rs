@@ -3,7 +3,8 @@
 //! as results arrive; a hang ends in a stated timeout.
 
 use crate::ktap::{
-    is_forced_failure, scan_console, KcsanReport, KcsanScan, Parser, Problem, Status, TestResult,
+    dma_api_lost, is_forced_failure, scan_console, KcsanReport, KcsanScan, Parser, Problem, Status,
+    TestResult,
 };
 use crate::qemu::{qemu_args, VmConfig, VmFiles};
 use crate::util::Ctx;
@@ -222,7 +223,13 @@ pub fn boot_and_watch_with(
                 if let Some(r) = kcsan_scan.feed(&line) {
                     kcsan_report(r, &mut problems);
                 }
-                if let Some(p) = scan_console(&line) {
+                if forced_failures > 0 && dma_api_lost(&line) {
+                    // An injected failure of dma-debug's own allocation (see ktap.rs, DMA_API_LOST).
+                    println!(
+                        "    DMA-API debugging switched itself off after an injected allocation failure: {}",
+                        line.trim()
+                    );
+                } else if let Some(p) = scan_console(&line) {
                     if !w.echo_console {
                         println!("  \x1b[31mconsole: {}\x1b[0m: {}", p.kind, p.line);
                     }

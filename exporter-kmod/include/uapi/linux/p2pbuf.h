@@ -8,9 +8,11 @@
  *
  * Every ioctl argument starts with a __u32 @size: the caller sets it to sizeof() of the
  * struct it was compiled with. The kernel accepts any size from the first published version
- * of the struct upwards; bytes past the end of the kernel's own struct must be zero
- * (-E2BIG otherwise), so the structs can grow at the end. Flags fields reject unknown bits
- * with -EINVAL.
+ * of the struct up to the page size (4096 on x86-64; -E2BIG above it, before anything past
+ * @size is read, as openat2() and clone3() do); bytes past the end of the kernel's own struct
+ * must be zero (-E2BIG otherwise), so the structs can grow at the end, never past a page. The
+ * kernel reads @size once: the value it checked is the one it uses. Flags fields reject
+ * unknown bits with -EINVAL.
  *
  * The ioctl numbers are _IOWR()/_IOW() of the struct each one passes, so that strace and
  * other decoders know the argument. The size encoded in a number is that of the struct's
@@ -19,8 +21,8 @@
  * any other direction or size gets -ENOTTY.
  *
  * Errors every ioctl of both devices can return: -EFAULT for a bad argument pointer,
- * -EINVAL for a @size below the first version's, -E2BIG for a non-zero tail past the
- * kernel's struct, -ENOTTY for an unknown ioctl number.
+ * -EINVAL for a @size below the first version's, -E2BIG for a @size above the page size or a
+ * non-zero tail past the kernel's struct, -ENOTTY for an unknown ioctl number.
  *
  * Ioctl magic 0xBB, numbers 0x00-0x1F. The exporter is out of tree; the line it would add
  * to Documentation/userspace-api/ioctl/ioctl-number.rst (between 0xBA and 0xC0) is:
@@ -143,7 +145,9 @@ struct p2pbuf_alloc {
  *	is an fd of anything else (another exporter's dma-buf, a regular file, ...)
  * @flags: in: must be 0 (-EINVAL otherwise)
  *
- * Revoking a revoked buffer again succeeds and does nothing.
+ * Revoking a revoked buffer again succeeds and does nothing. So does revoking a buffer whose
+ * provider's device was unbound: the unbind revoked it, and REVOKE returns 0 (only once that
+ * revoke is complete, when the unbind is still running).
  */
 struct p2pbuf_revoke {
 	__u32 size;
@@ -298,7 +302,8 @@ struct p2pbuf_dma_import {
 /**
  * struct p2pbuf_dma_release - release a handle (detach from the buffer)
  * @size: in: sizeof(struct p2pbuf_dma_release)
- * @handle: in: a handle of this file; -ENOENT otherwise
+ * @handle: in: a handle of this file; -ENOENT otherwise (-ENODEV once the engine's device is
+ *	unbound: the unbind released every handle)
  * @flags: in: must be 0
  * @reserved: in: must be 0
  *
@@ -326,7 +331,10 @@ struct p2pbuf_dma_release {
  *	buffer, must not overlap (-EINVAL otherwise, also on arithmetic overflow)
  * @copied: out: bytes copied, also written when the copy fails part way
  * @timeout_ms: in: how long to wait for each transfer's completion interrupt; 0: the
- *	default (1000 ms). The copy fails with -ETIMEDOUT when one does not come in time.
+ *	default (1000 ms). The copy fails with -ETIMEDOUT when one does not come in time: the
+ *	engine's bus mastering is turned off at once and the copy returns once the transfer
+ *	has ended (mastering is then on again). An engine whose transfer never ends stays
+ *	disabled, and every copy fails with -EIO, until its device is bound again.
  * @nr_transfers: out: engine transfers (DMA commands) the copy issued
  *
  * The engine copies through its internal window (4095 bytes on the lab's device), one window at
