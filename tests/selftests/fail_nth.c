@@ -196,6 +196,14 @@ static long disarm(int nth)
 	return strtol(buf, NULL, 10);
 }
 
+/*
+ * This test runs last on its boot (tests/vm/run-tests.sh), after tests that leave bytes at the
+ * start of the BAR for the host to check when the run is over (rdma_7_peermem.sh: the first
+ * 3 MiB). Allocation is first fit, and this test's buffers are small and mostly zeroed: an
+ * uninitialized guard, allocated first and held, keeps them above those bytes.
+ */
+#define GUARD (16UL << 20)
+
 /* --- setups --- */
 
 static int alloc_dev(struct ctx *c, int *fd, __u32 flags)
@@ -655,6 +663,8 @@ OP(release, 1, setup_imported, run_release, verify_detached, undo_none);
 OP(close_engine_file, 1, setup_engine_file, run_close_engine_file, verify_detached, undo_none);
 
 FIXTURE(fail_nth) {
+	/* An uninitialized buffer held at the start of the BAR during the test: see GUARD. */
+	int guard;
 	int p2p, dma, nth;
 	long long free0;
 	int fds0;
@@ -689,14 +699,21 @@ VARIANT(close_engine_file);
 
 FIXTURE_SETUP(fail_nth)
 {
+	struct p2pbuf_alloc guard = {
+		.size = sizeof(guard), .flags = P2PBUF_ALLOC_UNINITIALIZED, .length = GUARD,
+	};
 	int err;
 
-	self->dma = self->nth = -1;
+	self->dma = self->nth = self->guard = -1;
 	self->p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
 	if (self->p2p < 0)
 		SKIP(return, "no %s (p2pbuf_exporter not loaded?)", P2P_DEV);
 	provider_id = p2pbuf_first_provider(self->p2p);
 	ASSERT_NE(0U, provider_id);
+	guard.provider = provider_id;
+	ASSERT_EQ(0, ioctl(self->p2p, P2PBUF_IOCTL_ALLOC, &guard))
+		TH_LOG("the guard: %s", strerror(errno));
+	self->guard = guard.fd;
 	self->nth = open(FAIL_NTH, O_RDWR | O_CLOEXEC);
 	if (self->nth < 0)
 		SKIP(return, "no %s: the kernel has no CONFIG_FAULT_INJECTION (the debug lab kernel has)",
@@ -735,6 +752,7 @@ FIXTURE_TEARDOWN(fail_nth)
 		pwrite(self->nth, "0", 1, 0);
 	p2pbuf_close(&self->nth);
 	p2pbuf_close(&self->dma);
+	p2pbuf_close(&self->guard);
 	p2pbuf_close(&self->p2p);
 }
 
