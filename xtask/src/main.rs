@@ -8,6 +8,7 @@ mod boots;
 mod fabric;
 mod hostcheck;
 mod initramfs;
+mod kcsan;
 mod kernel;
 mod ktap;
 mod kunit;

@@ -4,7 +4,7 @@
 
 use crate::qemu::{Mode, Topology, VmFiles};
 use crate::util::{file_name, file_stem, heading, Ctx, Flavour};
-use crate::{boots, fabric, hostcheck, initramfs, kernel, ktap, kunit, modules, nodes};
+use crate::{boots, fabric, hostcheck, initramfs, kcsan, kernel, ktap, kunit, modules, nodes};
 use crate::{rdma_core, setup};
 use crate::{vmrun, BuildOpts, VmOpts};
 use anyhow::{bail, Result};
@@ -310,7 +310,7 @@ fn vm_test(
         notes.push(n);
     }
     // Other code's races: listed, not failed (ours are among `fails`, as console problems).
-    if let Some(n) = ktap::kcsan_not_ours_note(&o.kcsan) {
+    if let Some(n) = kcsan::kcsan_not_ours_note(&o.kcsan) {
         println!("    {n}");
         notes.push(n);
     }

@@ -2,9 +2,9 @@
 //! WARNs and leaks; the second serial port carries the in-VM suite's KTAP, parsed and printed
 //! as results arrive; a hang ends in a stated timeout.
 
+use crate::kcsan::{KcsanReport, KcsanScan};
 use crate::ktap::{
-    dma_api_lost, is_forced_failure, scan_console, KcsanReport, KcsanScan, Parser, Problem, Status,
-    TestResult,
+    dma_api_lost, is_forced_failure, scan_console, Parser, Problem, Status, TestResult,
 };
 use crate::qemu::{qemu_args, VmConfig, VmFiles};
 use crate::util::Ctx;
@@ -30,7 +30,7 @@ pub struct Outcome {
     pub forced_failures: usize,
     /// Every KCSAN report of the run (the KCSAN kernel's), in order: those of ours are also
     /// in `problems`; the others are listed in the run's summary
-    /// (`ktap::kcsan_not_ours_note`), not failed.
+    /// (`kcsan::kcsan_not_ours_note`), not failed.
     pub kcsan: Vec<KcsanReport>,
     pub timed_out: bool,
     pub exit_ok: bool,
