@@ -12,7 +12,7 @@ use kernel::{
     },
     mm::virt::{flags as vm_flags, VmFault},
     new_mutex,
-    page::PAGE_SIZE,
+    page::{PAGE_SHIFT, PAGE_SIZE},
     pci::p2pdma::{MapType, P2pPages},
     prelude::*,
     str::CString,
@@ -131,6 +131,30 @@ pub(crate) struct Refusals {
     pub(crate) last: Option<(CString, u32, &'static CStr)>,
 }
 
+/// How the userspace mappings of a buffer reach its memory (`P2PBUF_ALLOC_PFNMAP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CpuMapping {
+    /// `struct page`s (`VM_MIXEDMAP`), the default: `O_DIRECT` and RDMA registration of the
+    /// mapping are peer-to-peer transfers, and pin the pages while they run (revoke waits for
+    /// them).
+    Pages,
+    /// Page frames without `struct page` (`VM_IO | VM_PFNMAP`), as vfio-pci maps BARs: nothing
+    /// can pin the mapping (`O_DIRECT` and `ibv_reg_mr()` of it fail with `EFAULT`), so revoke
+    /// is a zap; drivers that resolve I/O memory by PFN (`cudaHostRegister()` with
+    /// `cudaHostRegisterIoMemory`) accept it.
+    Pfn,
+}
+
+impl CpuMapping {
+    /// The word debugfs shows.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CpuMapping::Pages => "pages",
+            CpuMapping::Pfn => "pfn",
+        }
+    }
+}
+
 /// The exporter's data of one buffer.
 ///
 /// # Invariants
@@ -153,6 +177,8 @@ pub(crate) struct Buffer {
     pub(crate) id: u64,
     pub(crate) size: usize,
     pub(crate) offset: u64,
+    /// How userspace mappings reach the memory.
+    pub(crate) mapping: CpuMapping,
     /// The memory, until revoke or release.
     #[pin]
     mem: Mutex<Option<P2pPages>>,
@@ -162,7 +188,8 @@ pub(crate) struct Buffer {
     /// importers such as rxe, which bracket every access), for debugfs.
     pub(crate) cpu_access: [Atomic<u64>; 2],
     /// Pages inserted into userspace mappings by `fault` (for debugfs, and for revoke: only a
-    /// buffer that was mapped can have pages that I/O pinned through a mapping).
+    /// buffer whose `struct page`s were mapped can have pages that I/O pinned through a
+    /// mapping).
     pub(crate) inserted: Atomic<u64>,
 }
 
@@ -177,6 +204,7 @@ impl Buffer {
         provider: Arc<Provider>,
         id: u64,
         mem: P2pPages,
+        mapping: CpuMapping,
     ) -> impl PinInit<Self, Error> {
         let size = mem.size();
         let offset = provider.bar_offset(mem.phys_addr());
@@ -185,6 +213,7 @@ impl Buffer {
             id,
             size,
             offset,
+            mapping,
             mem <- new_mutex!(Some(mem)),
             refusals <- new_mutex!(Refusals::default()),
             cpu_access: [Atomic::new(0), Atomic::new(0)],
@@ -327,9 +356,10 @@ impl Exporter for Buffer {
         Ok(())
     }
 
-    /// Sets up a shared mapping of the buffer's pages (p2pdma pages, with `struct page`, so that
-    /// `O_DIRECT` I/O into the mapping is a peer-to-peer transfer). Nothing is mapped here:
-    /// [`Exporter::fault`] inserts each page on first access.
+    /// Sets up a shared mapping of the buffer: of its pages (p2pdma pages, with `struct page`, so
+    /// that `O_DIRECT` I/O into the mapping is a peer-to-peer transfer), or of its page frames
+    /// for a buffer allocated with `P2PBUF_ALLOC_PFNMAP` (see [`CpuMapping`]). Nothing is mapped
+    /// here: [`Exporter::fault`] inserts each page on first access.
     fn mmap(this: &Self, vma: &MmapVma<'_>) -> Result {
         if vma.flags() & vm_flags::SHARED == 0 {
             return Err(EINVAL);
@@ -345,7 +375,10 @@ impl Exporter for Buffer {
         if !this.holds_memory() {
             return Err(ENODEV);
         }
-        vma.set_mixedmap();
+        match this.mapping {
+            CpuMapping::Pages => vma.set_mixedmap(),
+            CpuMapping::Pfn => vma.set_pfnmap()?,
+        }
         Ok(())
     }
 
@@ -353,13 +386,27 @@ impl Exporter for Buffer {
     /// not revoked, under the lock that revoke zaps with.
     fn fault(this: &Self, vmf: &VmFault) -> Result {
         let mem = this.mem.lock();
-        let page = mem
-            .as_ref()
-            .ok_or(ENODEV)?
-            .page(vmf.pgoff())
-            .ok_or(EINVAL)?;
-        let vma = vmf.vma().as_mixedmap_vma().ok_or(EINVAL)?;
-        vma.vm_insert_page(vmf.address(), &page)?;
+        let mem = mem.as_ref().ok_or(ENODEV)?;
+        let index = vmf.pgoff();
+        match this.mapping {
+            CpuMapping::Pages => {
+                let page = mem.page(index).ok_or(EINVAL)?;
+                let vma = vmf.vma().as_mixedmap_vma().ok_or(EINVAL)?;
+                vma.vm_insert_page(vmf.address(), &page)?;
+            }
+            CpuMapping::Pfn => {
+                if index >= mem.page_count() {
+                    return Err(EINVAL);
+                }
+                let vma = vmf.vma().as_pfnmap_vma().ok_or(EINVAL)?;
+                let pfn = usize::try_from(mem.phys_addr() >> PAGE_SHIFT)? + index;
+                // SAFETY: `pfn` is a page of `mem`, device memory of a bound provider that the
+                // buffer holds until `revoke` or `release` takes it. The abstraction zaps every
+                // mapping of the buffer before it calls `revoke`, and `release` comes only after
+                // the last mapping (which holds the file) is gone.
+                unsafe { vma.vmf_insert_pfn(vmf.address(), pfn) }?;
+            }
+        }
         this.inserted.add(1, Relaxed);
         Ok(())
     }
@@ -373,7 +420,8 @@ impl Exporter for Buffer {
     /// for I/O that pinned pages through a mapping, then the memory goes back to the provider.
     fn revoke(this: &Self) {
         if let Some(mem) = this.take_memory() {
-            if this.inserted.load(Relaxed) != 0 {
+            // Page frames cannot be pinned: the abstraction's zap took them away.
+            if this.mapping == CpuMapping::Pages && this.inserted.load(Relaxed) != 0 {
                 this.wait_unpinned(&mem);
             }
             drop(mem);

@@ -48,7 +48,7 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             let st = b.stats();
             writeln!(
                 f,
-                "buffer {} on {}: {} bytes at BAR offset {:#x}{}{}, maps {} active ({} map / {} unmap calls), vmaps {}, cpu access {} begin / {} end",
+                "buffer {} on {}: {} bytes at BAR offset {:#x}{}{}, maps {} active ({} map / {} unmap calls), vmaps {}, cpu access {} begin / {} end, cpu mapping {} ({} pages faulted in)",
                 b.id,
                 p.name_str(),
                 b.size,
@@ -60,7 +60,9 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 st.unmaps_total,
                 st.active_vmaps,
                 b.cpu_access[0].load(Relaxed),
-                b.cpu_access[1].load(Relaxed)
+                b.cpu_access[1].load(Relaxed),
+                b.mapping.name(),
+                b.inserted.load(Relaxed)
             )?;
             // A revoke (which may wait for fences with the reservation lock held) is not
             // waited for, and a signal ends the wait for that lock.

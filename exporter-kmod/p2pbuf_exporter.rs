@@ -32,6 +32,7 @@ mod ratelimit;
 mod uapi;
 mod uapi_arg;
 
+use buffer::CpuMapping;
 use provider::Provider;
 
 module! {
@@ -268,10 +269,15 @@ fn provider_info(arg: usize) -> Result {
 
 fn alloc(arg: usize) -> Result {
     let (mut a, size) = uapi::read_arg::<uapi::Alloc>(arg)?;
-    if a.flags & !uapi::ALLOC_UNINITIALIZED != 0 {
+    if a.flags & !(uapi::ALLOC_UNINITIALIZED | uapi::ALLOC_PFNMAP) != 0 {
         return Err(EINVAL);
     }
     let zero = a.flags & uapi::ALLOC_UNINITIALIZED == 0;
+    let mapping = if a.flags & uapi::ALLOC_PFNMAP != 0 {
+        CpuMapping::Pfn
+    } else {
+        CpuMapping::Pages
+    };
     // SAFETY: `capable()` only reads the current task's credentials.
     if !zero && !unsafe { kernel::bindings::capable(kernel::bindings::CAP_SYS_RAWIO as i32) } {
         // Stale device memory is what /dev/mem would show: the same capability.
@@ -279,7 +285,7 @@ fn alloc(arg: usize) -> Result {
     }
     let p = provider(a.provider)?;
     let module = kernel::module::this_module::<crate::LocalModule>();
-    let (dmabuf, offset) = p.alloc(module, a.length, zero)?;
+    let (dmabuf, offset) = p.alloc(module, a.length, zero, mapping)?;
     // Install the fd only once nothing can fail any more: on error the reservation and the
     // buffer are dropped, and the memory goes back.
     let fd = FileDescriptorReservation::get_unused_fd_flags(kernel::fs::file::flags::O_CLOEXEC)?;

@@ -3,7 +3,11 @@
 //! A provider: one PCI device's BAR registered as p2pdma memory, its buffers, and the PCI
 //! driver that creates providers on probe and revokes their buffers on unbind.
 
-use crate::{buffer::Buffer, ratelimit::dev_ratelimited, uapi, PROVIDERS};
+use crate::{
+    buffer::{Buffer, CpuMapping},
+    ratelimit::dev_ratelimited,
+    uapi, PROVIDERS,
+};
 use kernel::{
     bindings, device,
     device::Core,
@@ -132,12 +136,14 @@ impl Provider {
         out.pci_name[..n].copy_from_slice(&name[..n]);
     }
 
-    /// Allocates `length` bytes, zeroed unless `zero` is false, and exports them as a dma-buf.
+    /// Allocates `length` bytes, zeroed unless `zero` is false, and exports them as a dma-buf
+    /// whose userspace mappings are made as `mapping` says.
     pub(crate) fn alloc(
         self: &Arc<Self>,
         module: &'static ThisModule,
         length: u64,
         zero: bool,
+        mapping: CpuMapping,
     ) -> Result<(ARef<DmaBuf>, u64)> {
         if length == 0 || length % kernel::page::PAGE_SIZE as u64 != 0 {
             return Err(EINVAL);
@@ -178,7 +184,7 @@ impl Provider {
             EXPORTER_NAME,
             length,
             kernel::fs::file::flags::O_RDWR,
-            Buffer::new(self.clone(), id, mem),
+            Buffer::new(self.clone(), id, mem, mapping),
         )?;
         let offset = buf.offset;
         let key = dmabuf.as_raw() as usize;

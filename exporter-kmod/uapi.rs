@@ -15,7 +15,7 @@ use kernel::{
 };
 
 /// `P2PBUF_API_VERSION`.
-pub(crate) const API_VERSION: u32 = 2;
+pub(crate) const API_VERSION: u32 = 3;
 /// `P2PBUF_IOCTL_MAGIC`.
 const MAGIC: u32 = 0xBB;
 /// `P2PBUF_PCI_NAME_LEN`.
@@ -51,6 +51,8 @@ pub(crate) const REFUSAL_NO_P2P_PATH: u32 = 1;
 
 /// `P2PBUF_ALLOC_UNINITIALIZED`.
 pub(crate) const ALLOC_UNINITIALIZED: u32 = 1 << 0;
+/// `P2PBUF_ALLOC_PFNMAP`.
+pub(crate) const ALLOC_PFNMAP: u32 = 1 << 1;
 
 /// `P2PBUF_PROVIDER_PUBLISHED`.
 pub(crate) const PROVIDER_PUBLISHED: u32 = 1 << 0;

@@ -229,6 +229,7 @@ TEST_F(p2pbuf, bad_arguments)
 	EXPECT_EQ(-EINVAL, p2p_alloc(self->dev, ~0ULL & ~(PAGE - 1), 0, NULL));
 	/* Unknown flags. */
 	EXPECT_EQ(-EINVAL, p2p_alloc(self->dev, PAGE, 1u << 31, NULL));
+	EXPECT_EQ(-EINVAL, p2p_alloc(self->dev, PAGE, 1u << 2, NULL));
 	/* Unknown provider. */
 	a.provider = 1000000;
 	EXPECT_ERRNO(ENOENT, ioctl(self->dev, P2PBUF_IOCTL_ALLOC, &a));

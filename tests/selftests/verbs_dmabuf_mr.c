@@ -106,4 +106,38 @@ TEST_F(verbs, dmabuf_mr_past_the_end_is_refused)
 		.size = sizeof(struct p2pbuf_info) }));
 }
 
+/*
+ * A buffer allocated with P2PBUF_ALLOC_PFNMAP maps as I/O memory without struct pages
+ * (VM_IO | VM_PFNMAP): plain ibv_reg_mr() of its mapping cannot pin it and fails with EFAULT,
+ * where nvidia-peermem-style code would need the pages; the dma-buf itself still registers.
+ */
+TEST_F(verbs, reg_mr_of_a_pfn_mapping_is_refused)
+{
+	struct p2pbuf_alloc a = {
+		.size = sizeof(a), .length = LEN,
+		.flags = P2PBUF_ALLOC_PFNMAP | P2PBUF_ALLOC_UNINITIALIZED,
+	};
+	struct ibv_mr *mr;
+	uint8_t *map;
+
+	ASSERT_EQ(0, p2pbuf_test_alloc(self->p2p, &a)) TH_LOG("P2PBUF_IOCTL_ALLOC: %s",
+							       strerror(errno));
+	map = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+	ASSERT_NE(MAP_FAILED, map) TH_LOG("mmap: %s", strerror(errno));
+	/* Faulted in: the refusal is not about an empty mapping. */
+	(void)*(volatile uint8_t *)map;
+	errno = 0;
+	mr = ibv_reg_mr(self->pd, map, LEN, ACCESS);
+	EXPECT_EQ(NULL, mr) TH_LOG("ibv_reg_mr pinned a PFN mapping");
+	EXPECT_EQ(EFAULT, errno) TH_LOG("ibv_reg_mr: %s", strerror(errno));
+	if (mr)
+		ibv_dereg_mr(mr);
+	mr = ibv_reg_dmabuf_mr(self->pd, 0, LEN, 0, a.fd, ACCESS);
+	EXPECT_NE(NULL, mr) TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	if (mr)
+		EXPECT_EQ(0, ibv_dereg_mr(mr));
+	munmap(map, LEN);
+	close(a.fd);
+}
+
 TEST_HARNESS_MAIN

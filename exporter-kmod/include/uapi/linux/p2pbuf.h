@@ -35,7 +35,8 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define P2PBUF_API_VERSION 2
+/* 3: P2PBUF_ALLOC_PFNMAP (a module of version 2 refuses the flag with -EINVAL). */
+#define P2PBUF_API_VERSION 3
 #define P2PBUF_IOCTL_MAGIC 0xBB
 #define P2PBUF_PCI_NAME_LEN 32
 
@@ -116,10 +117,24 @@ struct p2pbuf_provider_info {
  */
 #define P2PBUF_ALLOC_UNINITIALIZED (1U << 0)
 
+/*
+ * Map the buffer into userspace as I/O memory without struct pages (struct p2pbuf_alloc.flags):
+ * mmap() of the dma-buf makes a VM_IO | VM_PFNMAP mapping (VmFlags "io pf" in smaps), filled at
+ * fault time, as vfio-pci maps BARs. Nothing can pin such a mapping: O_DIRECT I/O and
+ * ibv_reg_mr() on it fail with -EFAULT, and REVOKE takes the memory away at once (the next access
+ * gets SIGBUS) instead of waiting for I/O in flight. Drivers that resolve I/O memory by PFN
+ * accept it: cudaHostRegister(ptr, size, cudaHostRegisterIoMemory) maps the buffer for a GPU
+ * (a GPU reaching an FPGA's BAR, without /dev/mem). Without this flag the mapping holds the
+ * memory's struct pages (VM_MIXEDMAP): O_DIRECT and ibv_reg_mr() on it are peer-to-peer
+ * transfers, and REVOKE waits (up to 10 s) for I/O that pinned them. A private mapping
+ * (MAP_PRIVATE) is refused with -EINVAL either way.
+ */
+#define P2PBUF_ALLOC_PFNMAP (1U << 1)
+
 /**
  * struct p2pbuf_alloc - allocate device memory and export it as a dma-buf
  * @size: in: sizeof(struct p2pbuf_alloc)
- * @flags: in: 0 or P2PBUF_ALLOC_UNINITIALIZED (other bits: -EINVAL)
+ * @flags: in: P2PBUF_ALLOC_UNINITIALIZED, P2PBUF_ALLOC_PFNMAP, both or 0 (other bits: -EINVAL)
  * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
  *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free
  * @provider: in: provider id (see above): -ENODEV once its device is unbound, -ENOENT for
