@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0
 # The p2pbuf CLI end to end: alloc (text and --json) of device memory, info of the buffer from
 # another process (PID:FD with pidfd_getfd, and its fdinfo file), and the failure modes a user
-# meets first: a device path that does not exist, a bad size, no /dev/p2pbuf.
+# meets first: a device path that does not exist, a bad size, no /dev/p2pbuf. --pfnmap (a buffer
+# whose mmap is I/O memory without struct pages, P2PBUF_ALLOC_PFNMAP): the fill goes through such
+# a mapping (debugfs counts its pages), and other memory is refused with a message.
 . /p2pbuf/lib.sh
 . /p2pbuf/rdma-lib.sh
-ktap_plan 8
+ktap_plan 10
 
 logged /tmp/alloc.txt p2pbuf alloc --kind p2pbuf --size 64k --fill 0x5a
 ktap_check "p2pbuf alloc --kind p2pbuf: 64 KiB of device memory from a provider (exit $rc)" \
@@ -34,6 +36,23 @@ ktap_check "p2pbuf --json info of the fdinfo file of pid $pid fd $fd: size 20971
 	sh -c "[ $rc -eq 0 ] && grep -q '\"size\":2097152' /tmp/info.json"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
+
+p2pbuf --json alloc --kind p2pbuf --size 64k --pfnmap --fill 0x3c --hold 20 >/tmp/pfn.json 2>/tmp/pfn.err &
+holder=$!
+wait_for /tmp/pfn.json '"fd":' 10
+comment /tmp/pfn.json
+comment /tmp/pfn.err
+blk=$(debugfs_buffer 65536 last)
+echo "$blk" | sed 's/^/# /'
+if grep -q '"pfnmap":true' /tmp/pfn.json && echo "$blk" | grep -q 'cpu mapping pfn (16 pages faulted in)'; then
+	ktap_ok "p2pbuf --json alloc --pfnmap: filled through a PFN mapping (debugfs: cpu mapping pfn, 16 pages)"
+else
+	ktap_fail "p2pbuf --json alloc --pfnmap: no '\"pfnmap\":true' or no 'cpu mapping pfn (16 pages faulted in)'"
+fi
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+expect_fail "p2pbuf alloc --kind udmabuf --pfnmap: refused as a usage error, says which memory can be" 2 "only p2pbuf device memory can be PFN-mapped" \
+	p2pbuf alloc --kind udmabuf --size 64k --pfnmap
 
 expect_fail "p2pbuf info of a nonexistent path: ENOENT, says so" 1 "No such file" \
 	p2pbuf info /nonexistent/buf

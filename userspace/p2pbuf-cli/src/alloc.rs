@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use p2pbuf::exporter::AllocFlags;
 use p2pbuf::memory::{self, Source};
 use p2pbuf::surface::{DrmFourcc, DrmModifier, Surface, SurfaceSpec};
 use p2pbuf::units::{human_size, parse_byte, parse_size};
@@ -38,6 +39,11 @@ pub struct AllocArgs {
     /// to 64 (linear) or to the tile width.
     #[arg(long, requires = "surface")]
     stride: Option<u32>,
+    /// p2pbuf memory: map it as I/O memory without struct pages (P2PBUF_ALLOC_PFNMAP,
+    /// VM_IO | VM_PFNMAP), for cudaHostRegister(..., cudaHostRegisterIoMemory) of its mmap.
+    /// O_DIRECT and plain ibv_reg_mr refuse such a mapping (EFAULT): register the dma-buf.
+    #[arg(long)]
+    pfnmap: bool,
     /// Fill it with this byte through its mmap (0-255 or 0x00-0xff).
     #[arg(long, value_parser = parse_byte)]
     fill: Option<u8>,
@@ -79,6 +85,8 @@ pub struct AllocReport<'a> {
     pub provider: Option<u32>,
     /// p2pbuf memory: where it starts in the provider's BAR.
     pub bar_offset: Option<u64>,
+    /// p2pbuf memory: its mmap is I/O memory without struct pages (`--pfnmap`).
+    pub pfnmap: bool,
     /// `--fill`.
     pub fill: Option<u8>,
     /// `--send`.
@@ -130,7 +138,21 @@ pub fn run(a: AllocArgs, json: bool) -> p2pbuf::Result<()> {
             check: Some("choose p2pbuf, udmabuf or cuda".into()),
         });
     }
-    let mut mem = memory::alloc(&a.kind, size)?;
+    if a.pfnmap && a.kind != Source::P2pbuf {
+        return Err(Error::Invalid {
+            what: format!("p2pbuf alloc --kind {} --pfnmap", a.kind),
+            detail: "only p2pbuf device memory can be PFN-mapped".into(),
+            check: Some("use --kind p2pbuf, or leave --pfnmap out".into()),
+        });
+    }
+    let opts = memory::Options {
+        p2pbuf: AllocFlags {
+            pfnmap: a.pfnmap,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut mem = memory::alloc_with(&a.kind, size, &opts)?;
     if let (Some(s), Some(b)) = (&surface, mem.dmabuf_mut()) {
         b.set_name(&s.name())?;
     }
@@ -155,6 +177,11 @@ pub fn run(a: AllocArgs, json: bool) -> p2pbuf::Result<()> {
             Some(buf.as_raw_fd()),
             buf.info(),
         );
+        if a.pfnmap {
+            println!(
+                "cpu mapping: VM_IO | VM_PFNMAP (cudaHostRegister with cudaHostRegisterIoMemory takes it; O_DIRECT and ibv_reg_mr refuse it)"
+            );
+        }
     }
     let receiver = match &a.send {
         Some(s) => {
@@ -174,6 +201,7 @@ pub fn run(a: AllocArgs, json: bool) -> p2pbuf::Result<()> {
             surface: SurfaceReport::of(buf.info()),
             provider: placement.map(|p| p.provider),
             bar_offset: placement.map(|p| p.bar_offset),
+            pfnmap: a.pfnmap,
             fill: a.fill,
             sent_to: a.send.as_ref(),
             receiver,

@@ -98,6 +98,30 @@ pub struct Allocation {
     pub offset: u64,
 }
 
+/// How `P2PBUF_IOCTL_ALLOC` hands the memory out (`struct p2pbuf_alloc.flags`).
+///
+/// ```
+/// let flags = p2pbuf::exporter::AllocFlags { pfnmap: true, ..Default::default() };
+/// assert!(!flags.uninitialized);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AllocFlags {
+    /// `P2PBUF_ALLOC_UNINITIALIZED`: the memory is not zeroed but holds what its previous user
+    /// left, which needs `CAP_SYS_RAWIO` (EPERM otherwise). Zeroing grows with the size (a CPU
+    /// `memset_io` of the whole buffer): for benchmarks and tests of very large buffers.
+    pub uninitialized: bool,
+    /// `P2PBUF_ALLOC_PFNMAP`: `mmap` of the buffer is I/O memory without struct pages
+    /// (`VM_IO | VM_PFNMAP`), as vfio-pci maps BARs: what `cudaHostRegister` with
+    /// `cudaHostRegisterIoMemory` accepts (a GPU reaching the BAR, without `/dev/mem`).
+    /// Nothing can pin such a mapping: `O_DIRECT` and `ibv_reg_mr` on it fail with EFAULT
+    /// (register the dma-buf itself with `ibv_reg_dmabuf_mr`), and a revoke takes it away at
+    /// once. Needs exporter API version 3.
+    pub pfnmap: bool,
+}
+
+/// The first exporter API version that knows [`AllocFlags::pfnmap`].
+pub const API_VERSION_PFNMAP: u32 = 3;
+
 crate::device::device_handle!(
     /// An open `/dev/p2pbuf`.
     Exporter,
@@ -205,26 +229,39 @@ mod imp {
         /// `P2PBUF_IOCTL_ALLOC`: `length` bytes (a non-zero multiple of the page size) from
         /// the provider with id `provider`, as a dma-buf, zeroed.
         pub fn alloc(&self, provider: u32, length: u64) -> Result<Allocation> {
-            self.alloc_with(provider, length, false)
+            self.alloc_with(provider, length, AllocFlags::default())
         }
 
-        /// As [`Exporter::alloc`]; with `uninitialized` (`P2PBUF_ALLOC_UNINITIALIZED`) the
-        /// memory is not zeroed but holds what its previous user left, which needs
-        /// `CAP_SYS_RAWIO` (EPERM otherwise). Zeroing grows with the size (a CPU `memset_io`
-        /// of the whole buffer): for benchmarks and tests of very large buffers.
+        /// As [`Exporter::alloc`], with [`AllocFlags`].
         pub fn alloc_with(
             &self,
             provider: u32,
             length: u64,
-            uninitialized: bool,
+            flags: AllocFlags,
         ) -> Result<Allocation> {
+            if flags.pfnmap {
+                let v = self.info()?.api_version;
+                if v < API_VERSION_PFNMAP {
+                    return Err(Error::Unavailable {
+                        what: format!("{}: P2PBUF_ALLOC_PFNMAP", self.path().display()),
+                        detail: format!(
+                            "the loaded p2pbuf module has API version {v}; PFN-mapped buffers need {API_VERSION_PFNMAP}"
+                        ),
+                        check: Some("load a p2pbuf_exporter module of this release".into()),
+                    });
+                }
+            }
             let mut a = uapi::p2pbuf_alloc {
                 size: struct_size::<uapi::p2pbuf_alloc>(),
                 length,
                 provider,
                 fd: -1,
-                flags: if uninitialized {
+                flags: if flags.uninitialized {
                     uapi::P2PBUF_ALLOC_UNINITIALIZED
+                } else {
+                    0
+                } | if flags.pfnmap {
+                    uapi::P2PBUF_ALLOC_PFNMAP
                 } else {
                     0
                 },
@@ -316,12 +353,12 @@ impl Exporter {
         match self.dev.never {}
     }
 
-    /// `P2PBUF_IOCTL_ALLOC` with `P2PBUF_ALLOC_UNINITIALIZED` or not.
+    /// `P2PBUF_IOCTL_ALLOC` with [`AllocFlags`].
     pub fn alloc_with(
         &self,
         _provider: u32,
         _length: u64,
-        _uninitialized: bool,
+        _flags: AllocFlags,
     ) -> Result<Allocation> {
         match self.dev.never {}
     }
@@ -345,17 +382,17 @@ pub const fn built_with_uapi() -> bool {
 /// Allocate `length` bytes (rounded up to the page size) from the first provider that is not
 /// gone and has that much free.
 pub fn alloc(length: u64) -> Result<Allocation> {
-    alloc_with(length, false)
+    alloc_with(length, AllocFlags::default())
 }
 
-/// As [`alloc`]; `uninitialized`: see [`Exporter::alloc_with`].
-pub fn alloc_with(length: u64, uninitialized: bool) -> Result<Allocation> {
+/// As [`alloc`], with [`AllocFlags`].
+pub fn alloc_with(length: u64, flags: AllocFlags) -> Result<Allocation> {
     let ex = Exporter::open()?;
     let page = rustix::param::page_size() as u64;
     let length = length.max(1).div_ceil(page) * page;
     let providers = ex.providers()?;
     match providers.iter().find(|p| !p.gone && p.free >= length) {
-        Some(p) => ex.alloc_with(p.id, length, uninitialized),
+        Some(p) => ex.alloc_with(p.id, length, flags),
         None => Err(Error::unavailable(
             format!("allocating {length} bytes from {}", ex.path().display()),
             if providers.is_empty() {

@@ -118,9 +118,8 @@ impl FromStr for Source {
 /// How [`alloc_with`] gets the memory, beyond its kind and length.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// [`Source::P2pbuf`]: do not zero the memory (`P2PBUF_ALLOC_UNINITIALIZED`, needs
-    /// `CAP_SYS_RAWIO`).
-    pub uninitialized: bool,
+    /// [`Source::P2pbuf`]: how the exporter hands the memory out (uninitialized, PFN-mapped).
+    pub p2pbuf: crate::exporter::AllocFlags,
     /// [`Source::FdFrom`]: seconds to wait for the sender.
     pub wait: u64,
     /// [`Source::FdFrom`]: the answer sent back to the sender (`ok <ack>`).
@@ -132,7 +131,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            uninitialized: false,
+            p2pbuf: Default::default(),
             wait: 600,
             ack: format!("pid {} took it", std::process::id()),
             cuda_device: 0,
@@ -376,7 +375,7 @@ pub fn alloc(source: &Source, len: u64) -> Result<Buffer> {
 pub fn alloc_with(source: &Source, len: u64, o: &Options) -> Result<Buffer> {
     Ok(match source {
         Source::P2pbuf => {
-            let a = crate::exporter::alloc_with(len, o.uninitialized)?;
+            let a = crate::exporter::alloc_with(len, o.p2pbuf)?;
             Buffer::DmaBuf {
                 buf: a.buf,
                 placement: Some(Placement {

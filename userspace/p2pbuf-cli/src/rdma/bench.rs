@@ -21,7 +21,10 @@ fn host_mem(size: usize) -> p2pbuf::Result<HostBuf> {
 /// P2pbuf device memory of `size` bytes.
 fn device_mem(size: usize, uninitialized: bool) -> p2pbuf::Result<DmaBuf> {
     let o = memory::Options {
-        uninitialized,
+        p2pbuf: p2pbuf::exporter::AllocFlags {
+            uninitialized,
+            ..Default::default()
+        },
         ..Default::default()
     };
     memory::alloc_with(&Source::P2pbuf, size as u64, &o)?.into_dmabuf("rdma bench")
