@@ -168,10 +168,14 @@ impl Provider {
                 return Err(ENODEV);
             }
             Self::prune(&mut state);
-            let mem = self.pool.try_access().ok_or(ENODEV)?.alloc_pages(length)?;
+            // Under the pool's access guard (an RCU read lock) only the allocation itself.
+            let mem = self.pool.try_access().ok_or(ENODEV)?.alloc(length)?;
             state.next_id += 1;
             (mem, state.next_id)
         };
+        // Setting up the pages goes through every page, 64 Mi of them for a 256 GiB buffer: with
+        // no lock held, rescheduling on the way (the allocation keeps the pool alive).
+        let mem = mem.into_pages()?;
         // Hand out no stale data: zero the memory (MMIO: with I/O accessors), unless a caller
         // allowed to read the BAR anyway asked for it as it is. A GPU-sized buffer takes
         // minutes at uncached speed: the clear reschedules, and stops for a signal (a killed

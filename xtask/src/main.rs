@@ -73,7 +73,7 @@ struct VmOpts {
     /// Use KVM instead of TCG (nested KVM hangs on this project's build machines).
     #[arg(long)]
     kvm: bool,
-    /// Emulated GPU memory (ivshmem BAR2) in MiB: a power of two up to 131072 (128 GiB). The
+    /// Emulated GPU memory (ivshmem BAR2) in MiB: a power of two up to 262144 (256 GiB). The
     /// backing file is sparse; above 1 GiB the guest gets RAM for the BAR's struct pages and
     /// q35's 64-bit PCI hole is widened to hold it.
     #[arg(long, default_value_t = 1024)]

@@ -102,10 +102,11 @@ impl Default for VmConfig {
     }
 }
 
-/// The largest emulated GPU memory: 128 GiB. Its `struct page`s take 2 GiB of guest RAM (and
-/// the 64-bit PCI hole must hold twice the BAR, see [`VmConfig::pci_hole64_bytes`]); TCG's
-/// `-cpu max` has 40 physical address bits (1 TiB).
-pub const GPU_MEM_MAX_MIB: u64 = 128 << 10;
+/// The largest emulated GPU memory: 256 GiB, an H200's BAR. Its `struct page`s take 4 GiB of
+/// guest RAM (and the 64-bit PCI hole must hold twice the BAR, see
+/// [`VmConfig::pci_hole64_bytes`]: 513 GiB, below TCG's `-cpu max` limit of 40 physical address
+/// bits, 1 TiB).
+pub const GPU_MEM_MAX_MIB: u64 = 256 << 10;
 
 /// QEMU 7.2's default size of q35's 64-bit PCI hole (`q35-pcihost.pci-hole64-size`).
 const Q35_HOLE64_DEFAULT: u64 = 32 << 30;
@@ -128,8 +129,9 @@ impl VmConfig {
         }
         if g > GPU_MEM_MAX_MIB {
             bail!(
-                "--gpu-mem-mib {g}: at most {GPU_MEM_MAX_MIB} (128 GiB): its struct pages would \
-                 take more than 2 GiB of guest RAM, and the 64-bit PCI hole must hold twice the BAR"
+                "--gpu-mem-mib {g}: at most {GPU_MEM_MAX_MIB} (256 GiB, an H200's BAR): its struct \
+                 pages would take more than 4 GiB of guest RAM, and the 64-bit PCI hole must hold \
+                 twice the BAR"
             );
         }
         Ok(())
@@ -499,11 +501,11 @@ mod tests {
         assert!(s.contains("size=65536M,mem-path=/c/gpu,share=on"));
         assert!(s.contains("-m 3328M"));
         let cfg = VmConfig {
-            gpu_mem_mib: 128 << 10,
+            gpu_mem_mib: 256 << 10,
             ..Default::default()
         };
         assert!(cfg.validate().is_ok());
-        assert_eq!(cfg.guest_mem_mib(), 2048 + 2304);
+        assert_eq!(cfg.guest_mem_mib(), 2048 + 4608);
     }
 
     #[test]
@@ -511,7 +513,7 @@ mod tests {
         for (g, why) in [
             (0, "power of two"),
             (3000, "power of two"),
-            (256 << 10, "at most 131072"),
+            (512 << 10, "at most 262144"),
         ] {
             let cfg = VmConfig {
                 gpu_mem_mib: g,

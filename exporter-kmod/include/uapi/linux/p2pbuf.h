@@ -136,7 +136,9 @@ struct p2pbuf_provider_info {
  * @size: in: sizeof(struct p2pbuf_alloc)
  * @flags: in: P2PBUF_ALLOC_UNINITIALIZED, P2PBUF_ALLOC_PFNMAP, both or 0 (other bits: -EINVAL)
  * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
- *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free
+ *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free. Zeroing takes time
+ *	proportional to @length: a signal that arrives meanwhile ends the call with -EINTR and
+ *	nothing allocated (a handler installed with SA_RESTART restarts it instead)
  * @provider: in: provider id (see above): -ENODEV once its device is unbound, -ENOENT for
  *	an id never given out
  * @fd: out: the dma-buf, opened O_RDWR | O_CLOEXEC
