@@ -235,36 +235,7 @@ FIXTURE_TEARDOWN(odirect)
 static int buf_open(FIXTURE_DATA(odirect) *self, struct p2pbuf_buf *b,
 		    const volatile uint64_t **bar)
 {
-	struct p2pbuf_alloc a = {
-		.size = sizeof(a), .length = BUF_LEN, .flags = P2PBUF_ALLOC_UNINITIALIZED,
-	};
-	void *v;
-
-	memset(b, 0, sizeof(*b));
-	b->fd = b->memfd = -1;
-	if (p2pbuf_test_alloc(self->p2p, &a)) {
-		if (errno != EPERM)
-			return -errno;
-		a.flags = 0;
-		if (p2pbuf_test_alloc(self->p2p, &a))
-			return -errno;
-	}
-	b->fd = a.fd;
-	b->bar_offset = a.offset;
-	b->size = BUF_LEN;
-	b->what = "device";
-	b->map = mmap(NULL, BUF_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
-	if (b->map == MAP_FAILED)
-		goto fail;
-	v = mmap(NULL, BUF_LEN, PROT_READ, MAP_SHARED, self->res, (off_t)a.offset);
-	if (v == MAP_FAILED)
-		goto fail;
-	*bar = v;
-	return 0;
-fail:
-	a.fd = -errno;
-	p2pbuf_buf_free(b);
-	return a.fd;
+	return p2p_buf_open(self->p2p, self->res, BUF_LEN, P2PBUF_ALLOC_UNINITIALIZED, b, bar);
 }
 
 /* Waits (up to POOL_LIMIT_S) until the pool has what it had at the start; 0 or -ETIMEDOUT. */

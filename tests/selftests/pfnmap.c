@@ -71,43 +71,11 @@ FIXTURE_TEARDOWN(pfnmap)
 	}
 }
 
-/*
- * A buffer of LEN with flags (uninitialized when allowed and asked for), mapped shared; its
- * BAR range mapped read-only through the resource file when bar is not NULL. 0 or -errno.
- */
+/* A buffer of LEN with flags, mapped; its BAR range too when bar is not NULL. 0 or -errno. */
 static int pfn_buf(FIXTURE_DATA(pfnmap) *self, struct p2pbuf_buf *b, __u32 flags,
 		   const volatile uint64_t **bar)
 {
-	struct p2pbuf_alloc a = { .size = sizeof(a), .length = LEN, .flags = flags };
-	void *v;
-
-	memset(b, 0, sizeof(*b));
-	b->fd = b->memfd = -1;
-	if (p2pbuf_test_alloc(self->p2p, &a)) {
-		if (errno != EPERM || !(flags & P2PBUF_ALLOC_UNINITIALIZED))
-			return -errno;
-		a.flags &= ~P2PBUF_ALLOC_UNINITIALIZED;
-		if (p2pbuf_test_alloc(self->p2p, &a))
-			return -errno;
-	}
-	b->fd = a.fd;
-	b->bar_offset = a.offset;
-	b->size = LEN;
-	b->what = "device";
-	b->map = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
-	if (b->map == MAP_FAILED)
-		goto fail;
-	if (bar) {
-		v = mmap(NULL, LEN, PROT_READ, MAP_SHARED, self->res, (off_t)a.offset);
-		if (v == MAP_FAILED)
-			goto fail;
-		*bar = v;
-	}
-	return 0;
-fail:
-	a.fd = -errno;
-	p2pbuf_buf_free(b);
-	return a.fd;
+	return p2p_buf_open(self->p2p, self->res, LEN, flags, b, bar);
 }
 
 /* The VmFlags line of the mapping that starts at addr, from /proc/self/smaps; 0 or -1. */
@@ -275,9 +243,9 @@ TEST_F(pfnmap, odirect_refused)
 
 TEST_F(pfnmap, revoke_is_a_zap)
 {
+	int go[2], ready[2], status = 0;
 	struct p2pbuf_buf b;
-	int go[2], status = 0;
-	char line[1024];
+	char line[1024], c;
 	pid_t child;
 	void *m;
 	size_t i;
@@ -286,21 +254,27 @@ TEST_F(pfnmap, revoke_is_a_zap)
 	for (i = 0; i < LEN; i += PAGE)
 		ASSERT_EQ(0, probe_read(b.map + i));
 	ASSERT_EQ(0, pipe(go));
+	ASSERT_EQ(0, pipe(ready));
 	child = fork();
 	ASSERT_LE(0, child);
 	if (child == 0) {
-		char c;
-
-		/* The mapping, inherited: readable until the parent revokes. */
-		if (probe_read(b.map) || probe_read(b.map + LEN - PAGE))
-			_exit(100);
 		close(go[1]);
+		close(ready[0]);
+		/* The mapping, inherited: readable until the parent revokes. */
+		c = probe_read(b.map) || probe_read(b.map + LEN - PAGE) ? 'f' : 'r';
+		if (write(ready[1], &c, 1) != 1 || c != 'r')
+			_exit(100);
 		if (read(go[0], &c, 1) != 1)
 			_exit(101);
 		_exit(probe_read(b.map) == SIGBUS && probe_read(b.map + LEN - PAGE) == SIGBUS ?
 			      0 : 102);
 	}
 	close(go[0]);
+	close(ready[1]);
+	/* Only once the child has read through its copy of the mapping. */
+	ASSERT_EQ(1, read(ready[0], &c, 1));
+	EXPECT_EQ('r', c) TH_LOG("the child could not read the inherited mapping before REVOKE");
+	close(ready[0]);
 	ASSERT_EQ(0, p2p_revoke(self->p2p, b.fd));
 	EXPECT_EQ(SIGBUS, probe_read(b.map));
 	EXPECT_EQ(SIGBUS, probe_read(b.map + LEN - PAGE));

@@ -135,6 +135,46 @@ RACES_HELPER void expect_memory_back(struct __test_metadata *_metadata, int p2p,
 	EXPECT_EQ(avail0, pool_avail(pool_pci));
 }
 
+/*
+ * A buffer of len bytes with ALLOC flags (P2PBUF_ALLOC_UNINITIALIZED dropped when the caller
+ * lacks CAP_SYS_RAWIO), mapped shared; when bar is not NULL, its range of the BAR is mapped
+ * read-only through res (the BAR's sysfs resource file). 0, or -errno with b empty.
+ */
+RACES_HELPER int p2p_buf_open(int p2p, int res, size_t len, __u32 flags, struct p2pbuf_buf *b,
+			      const volatile uint64_t **bar)
+{
+	struct p2pbuf_alloc a = { .size = sizeof(a), .length = len, .flags = flags };
+	void *v;
+
+	memset(b, 0, sizeof(*b));
+	b->fd = b->memfd = -1;
+	if (p2pbuf_test_alloc(p2p, &a)) {
+		if (errno != EPERM || !(flags & P2PBUF_ALLOC_UNINITIALIZED))
+			return -errno;
+		a.flags &= ~P2PBUF_ALLOC_UNINITIALIZED;
+		if (p2pbuf_test_alloc(p2p, &a))
+			return -errno;
+	}
+	b->fd = a.fd;
+	b->bar_offset = a.offset;
+	b->size = len;
+	b->what = "device";
+	b->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+	if (b->map == MAP_FAILED)
+		goto fail;
+	if (bar) {
+		v = mmap(NULL, len, PROT_READ, MAP_SHARED, res, (off_t)a.offset);
+		if (v == MAP_FAILED)
+			goto fail;
+		*bar = v;
+	}
+	return 0;
+fail:
+	a.fd = -errno;
+	p2pbuf_buf_free(b);
+	return a.fd;
+}
+
 RACES_HELPER int p2p_revoke(int p2p, int fd)
 {
 	struct p2pbuf_revoke r = { .size = sizeof(r), .fd = fd };
