@@ -602,13 +602,16 @@ static struct ibv_mr *vmm_reg_in(struct ibv_pd *pd, CUdeviceptr p, size_t len, C
 {
 	struct ibv_mr *mr;
 	void *before = (void *)1, *after = (void *)2;
+	double t0, t;
 	int e;
 
 	cuCtxGetCurrent(&before);
 	standin_reset();
 	capture_begin();
 	errno = 0;
+	t0 = now_us();
 	mr = ibv_reg_mr(pd, (void *)(uintptr_t)p, len, RW);
+	t = now_us() - t0;
 	e = errno;
 	capture_end();
 	cuCtxGetCurrent(&after);
@@ -617,9 +620,9 @@ static struct ibv_mr *vmm_reg_in(struct ibv_pd *pd, CUdeviceptr p, size_t len, C
 		      st.iova == p && mr->addr == (void *)(uintptr_t)p && before == after,
 	      "%s: [%#" PRIx64 ", +%zu) reached ibv_reg_dmabuf_mr with fd %d of %llu bytes at offset %#" PRIx64
 	      "; the mapping (cuMemGetAddressRange) is %#" PRIx64 "+%zu, offset %#" PRIx64
-	      "; current context %s (errno %d)",
+	      "; current context %s (errno %d, %.0f us)",
 	      what, p, len, st.fd, st.dmabuf_size, st.offset, mb, ms, p - mb,
-	      before == after ? "unchanged" : "CHANGED", mr ? 0 : e);
+	      before == after ? "unchanged" : "CHANGED", mr ? 0 : e, t);
 	return mr;
 }
 
@@ -871,11 +874,13 @@ static void pool_memory(struct ibv_pd *pd)
 static void check_vmm(struct ibv_pd *pd, int dev)
 {
 	CUmemAllocationProp p;
+	bool ok;
 
 	vmm_dev = dev;
 	p = vmm_prop();
-	if (!check(load_vmm() && cuMemGetAllocationGranularity(&gran, &p, 0) == 0 && gran,
-		   "CUDA VMM entry points, granularity %zu bytes", gran))
+	/* Asked before check()'s arguments are read: their order of evaluation is unspecified. */
+	ok = load_vmm() && cuMemGetAllocationGranularity(&gran, &p, 0) == 0 && gran;
+	if (!check(ok, "CUDA VMM entry points, granularity %zu bytes", gran))
 		return;
 	vmm_partly_mapped(pd);
 	vmm_growing(pd);
