@@ -7,6 +7,8 @@
 #                            infiniband/driver.h, from the build tree)
 #   lib/                     that rdma-core's libibverbs.so.1 and the libnl it needs
 #   peermem-gpu-run.sh       the run script
+#   before/                  with BEFORE_LIB=PATH, that build of the library (an older one), whose
+#                            CUDA VMM checks the run script also shows
 # Usage: userspace/scripts/peermem-gpu-bundle.sh OUT_DIR   (from the checkout's root)
 set -euo pipefail
 OUT=${1:?usage: $0 OUT_DIR}
@@ -28,4 +30,8 @@ for l in $(LD_LIBRARY_PATH=$LIBS ldd "$LIBS/libibverbs.so.1" | awk '/libnl/ {pri
 	cp -L "$l" "$OUT/lib/"
 done
 cp userspace/scripts/peermem-gpu-run.sh "$OUT/"
+if [ -n "${BEFORE_LIB:-}" ]; then
+	mkdir -p "$OUT/before"
+	cp "$BEFORE_LIB" "$OUT/before/libp2pbuf_peermem.so"
+fi
 ls -l "$OUT" "$OUT/lib"

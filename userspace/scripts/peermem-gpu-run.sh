@@ -28,6 +28,14 @@ run ldd "$LIB"
 section "with the library: LD_PRELOAD=libp2pbuf_peermem.so P2PBUF_PEERMEM_DEBUG=1, sizes 4 KiB to $MAX_GIB GiB"
 run env LD_PRELOAD="$LIB" P2PBUF_PEERMEM_DEBUG=1 "$CHECK" --max-gib "$MAX_GIB"
 
+section "CUDA VMM and pool memory only, without P2PBUF_PEERMEM_DEBUG (a refusal's message is printed in any case)"
+run env LD_PRELOAD="$LIB" "$CHECK" --vmm-only
+
+if [ -e "$D/before/libp2pbuf_peermem.so" ]; then
+	section "CUDA VMM and pool memory with the library as it was before (before/libp2pbuf_peermem.so): the checks must be able to fail"
+	run env LD_PRELOAD="$D/before/libp2pbuf_peermem.so" P2PBUF_PEERMEM_DEBUG=1 "$CHECK" --vmm-only
+fi
+
 section "without the library (sizes up to 1 GiB)"
 run "$CHECK" --no-preload --max-gib 1
 

@@ -22,6 +22,9 @@ type GetHandleForAddressRange =
 type CtxPushCurrent = unsafe extern "C" fn(CuContext) -> CuResult;
 type CtxPopCurrent = unsafe extern "C" fn(*mut CuContext) -> CuResult;
 type GetErrorName = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
+type GetAddressRange = unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, CuDevicePtr) -> CuResult;
+type PrimaryCtxRetain = unsafe extern "C" fn(*mut CuContext, c_int) -> CuResult;
+type PrimaryCtxRelease = unsafe extern "C" fn(c_int) -> CuResult;
 
 /// `CUpointer_attribute` values (cuda.h).
 mod attr {
@@ -32,6 +35,8 @@ mod attr {
     pub const DEVICE_ORDINAL: i32 = 9;
     pub const RANGE_START_ADDR: i32 = 11;
     pub const RANGE_SIZE: i32 = 12;
+    /// CUDA 12.x: "a process-wide unique id corresponding to the physical allocation".
+    pub const MEMORY_BLOCK_ID: i32 = 20;
 }
 /// `CU_MEMORYTYPE_HOST`.
 const MEMORYTYPE_HOST: u64 = 1;
@@ -58,6 +63,9 @@ struct Driver {
     ctx_push: CtxPushCurrent,
     ctx_pop: CtxPopCurrent,
     error_name: GetErrorName,
+    get_address_range: GetAddressRange,
+    primary_retain: PrimaryCtxRetain,
+    primary_release: PrimaryCtxRelease,
 }
 
 // SAFETY: function pointers into libcuda, which stays loaded (dlopen took a reference).
@@ -166,6 +174,15 @@ fn driver() -> Option<Result<&'static Driver, &'static str>> {
                 error_name: std::mem::transmute::<*mut c_void, GetErrorName>(sym(
                     c"cuGetErrorName",
                 )?),
+                get_address_range: std::mem::transmute::<*mut c_void, GetAddressRange>(sym(
+                    c"cuMemGetAddressRange_v2",
+                )?),
+                primary_retain: std::mem::transmute::<*mut c_void, PrimaryCtxRetain>(sym(
+                    c"cuDevicePrimaryCtxRetain",
+                )?),
+                primary_release: std::mem::transmute::<*mut c_void, PrimaryCtxRelease>(sym(
+                    c"cuDevicePrimaryCtxRelease_v2",
+                )?),
             })
         }
     })()
@@ -198,10 +215,44 @@ pub struct DeviceAlloc {
     pub buffer_id: u64,
     /// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`.
     pub device: i32,
-    /// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`.
+    /// The start of what holds the pointer: `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`, or for
+    /// CUDA VMM memory the mapping's base (`cuMemGetAddressRange`).
     pub base: u64,
-    /// `CU_POINTER_ATTRIBUTE_RANGE_SIZE`.
+    /// Its size (`CU_POINTER_ATTRIBUTE_RANGE_SIZE`, or the mapping's).
     pub size: u64,
+    /// For CUDA VMM memory, the reserved range (`RANGE_START_ADDR`, `RANGE_SIZE`) that holds the
+    /// mapping `base`/`size` and more; `None` for other memory.
+    pub reservation: Option<(u64, u64)>,
+    /// For VMM memory, `CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID` where the driver has it (the
+    /// physical allocation mapped there: another allocation mapped at the same address is
+    /// another id), else 0.
+    pub block_id: u64,
+}
+
+/// What holds `addr`, from the pointer's range (`RANGE_START_ADDR`, `RANGE_SIZE`) and the
+/// mapping that `cuMemGetAddressRange` reports: the mapping where it holds `addr` and lies
+/// strictly inside the range (CUDA VMM memory, where the range is the whole reservation), else
+/// the range itself (`cuMemAlloc`, pool memory: the two agree, or the mapping is not inside).
+/// The second value is the reservation when the mapping was chosen.
+pub fn holding_range(
+    range: (u64, u64),
+    mapping: Option<(u64, u64)>,
+    addr: u64,
+) -> ((u64, u64), Option<(u64, u64)>) {
+    let end = |(b, s): (u64, u64)| b.saturating_add(s);
+    match mapping {
+        Some(m)
+            if m.1 > 0
+                && m != range
+                && m.0 <= addr
+                && addr < end(m)
+                && range.0 <= m.0
+                && end(m) <= end(range) =>
+        {
+            (m, Some(range))
+        }
+        _ => (range, None),
+    }
 }
 
 impl DeviceAlloc {
@@ -224,6 +275,9 @@ pub enum Probe {
     Host(String),
     /// Device memory.
     Device(DeviceAlloc),
+    /// Inside a CUDA VMM reservation, where nothing is mapped: registration fails (EFAULT, as
+    /// `ibv_reg_mr` of unmapped memory does).
+    Unmapped(String),
     /// libcuda is loaded but unusable.
     Unusable(String),
 }
@@ -276,15 +330,133 @@ pub fn probe(addr: u64) -> Probe {
         ));
     }
     match mem_type & 0xffff_ffff {
-        MEMORYTYPE_DEVICE if size > 0 => Probe::Device(DeviceAlloc {
-            ctx: ctx as usize,
-            buffer_id,
-            device: device as u32 as i32,
-            base,
-            size,
-        }),
+        MEMORYTYPE_DEVICE if size > 0 => locate(
+            d,
+            DeviceAlloc {
+                ctx: ctx as usize,
+                buffer_id,
+                device: device as u32 as i32,
+                base,
+                size,
+                reservation: None,
+                block_id: 0,
+            },
+            addr,
+        ),
         MEMORYTYPE_HOST => Probe::Host(format!("CUDA pinned host memory (buffer id {buffer_id})")),
         _ => Probe::NotCuda,
+    }
+}
+
+/// Narrows `a` (what `cuPointerGetAttributes` says) to the VMM mapping that holds `addr`, if
+/// it is VMM memory (see [`holding_range`]).
+fn locate(d: &Driver, a: DeviceAlloc, addr: u64) -> Probe {
+    let mapping = Current::enter(d, a.ctx, a.device).and_then(|_cur| {
+        let (mut base, mut size): (CuDevicePtr, usize) = (0, 0);
+        // SAFETY: the driver writes the mapping's base and size.
+        match unsafe { (d.get_address_range)(&mut base, &mut size, addr) } {
+            0 => Ok((base, size as u64)),
+            e => Err(ExportError {
+                code: e,
+                call: format!("cuMemGetAddressRange({addr:#x})"),
+            }),
+        }
+    });
+    let found = mapping.as_ref().ok().copied();
+    let ((base, size), reservation) = holding_range((a.base, a.size), found, addr);
+    if a.ctx == 0 && found.is_none_or(|(b, s)| addr < b || addr - b >= s) {
+        // VMM memory (no owning context) that CUDA cannot place in a mapping.
+        let why = match mapping {
+            Err(e) => format!("{} failed with {} ({})", e.call, error_name(e.code), e.code),
+            Ok((b, s)) => format!("cuMemGetAddressRange says {b:#x}+{s}, which does not hold it"),
+        };
+        return Probe::Unmapped(format!(
+            "the address is in a CUDA virtual address reservation ({:#x}+{}) but not in a mapping: {why}; map it (cuMemMap, cuMemSetAccess) before registering",
+            a.base, a.size
+        ));
+    }
+    let block_id = match reservation {
+        Some(_) => memory_block_id(d, addr),
+        None => 0,
+    };
+    Probe::Device(DeviceAlloc {
+        base,
+        size,
+        reservation,
+        block_id,
+        ..a
+    })
+}
+
+/// `CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID`, or 0 where the driver does not know it (asked
+/// alone: an attribute unknown to an older driver fails the whole call).
+fn memory_block_id(d: &Driver, addr: u64) -> u64 {
+    let mut a = [attr::MEMORY_BLOCK_ID];
+    let mut v = 0u64;
+    let mut p = [(&mut v) as *mut u64 as *mut c_void];
+    // SAFETY: one attribute, an 8-byte slot for its value.
+    match unsafe { (d.pointer_get_attributes)(1, a.as_mut_ptr(), p.as_mut_ptr(), addr) } {
+        0 => v,
+        _ => 0,
+    }
+}
+
+/// A context made current on this thread for a driver call, popped (and a retained primary
+/// context released) when dropped: the thread's own state is as it was before.
+struct Current<'a> {
+    d: &'a Driver,
+    primary: Option<c_int>,
+}
+
+impl<'a> Current<'a> {
+    /// Pushes the allocation's own context, or for memory without one (CUDA VMM memory) the
+    /// primary context of its device, retained for the call.
+    fn enter(d: &'a Driver, ctx: usize, device: i32) -> Result<Current<'a>, ExportError> {
+        let fail = |code, call: String| Err(ExportError { code, call });
+        if ctx != 0 {
+            // SAFETY: the allocation's own context, from the driver.
+            return match unsafe { (d.ctx_push)(ctx as CuContext) } {
+                0 => Ok(Current { d, primary: None }),
+                r => fail(r, format!("cuCtxPushCurrent({ctx:#x})")),
+            };
+        }
+        let mut p: CuContext = std::ptr::null_mut();
+        // SAFETY: the driver writes the device's primary context.
+        let r = unsafe { (d.primary_retain)(&mut p, device) };
+        if r != 0 {
+            return fail(
+                r,
+                format!("cuDevicePrimaryCtxRetain(device {device}) (the memory has no owning context; its device's primary context is used)"),
+            );
+        }
+        // SAFETY: the context just retained.
+        match unsafe { (d.ctx_push)(p) } {
+            0 => Ok(Current {
+                d,
+                primary: Some(device),
+            }),
+            r => {
+                // SAFETY: releases the reference taken above.
+                unsafe { (d.primary_release)(device) };
+                fail(
+                    r,
+                    format!("cuCtxPushCurrent(primary context of device {device})"),
+                )
+            }
+        }
+    }
+}
+
+impl Drop for Current<'_> {
+    fn drop(&mut self) {
+        let mut old: CuContext = std::ptr::null_mut();
+        // SAFETY: pops what `enter` pushed, then drops the reference it took.
+        unsafe {
+            (self.d.ctx_pop)(&mut old);
+            if let Some(dev) = self.primary {
+                (self.d.primary_release)(dev);
+            }
+        }
     }
 }
 
@@ -315,8 +487,8 @@ pub fn cuda_errno(code: i32) -> i32 {
     }
 }
 
-/// Exports `[start, start + len)` of `alloc` as a dma-buf fd (its own context made current
-/// around the call).
+/// Exports `[start, start + len)` of `alloc` as a dma-buf fd (its own context, or for memory
+/// without one its device's primary context, made current around the call).
 pub fn export(alloc: &DeviceAlloc, start: u64, len: u64) -> Result<OwnedFd, ExportError> {
     let d = match driver() {
         Some(Ok(d)) => d,
@@ -330,17 +502,7 @@ pub fn export(alloc: &DeviceAlloc, start: u64, len: u64) -> Result<OwnedFd, Expo
     let call = format!(
         "cuMemGetHandleForAddressRange({start:#x}, {len}, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)"
     );
-    let ctx = alloc.ctx as CuContext;
-    // SAFETY: pushing the allocation's own context (from the driver) for this thread.
-    if !ctx.is_null() {
-        let r = unsafe { (d.ctx_push)(ctx) };
-        if r != 0 {
-            return Err(ExportError {
-                code: r,
-                call: format!("cuCtxPushCurrent({ctx:?})"),
-            });
-        }
-    }
+    let cur = Current::enter(d, alloc.ctx, alloc.device)?;
     let mut fd: c_int = -1;
     // SAFETY: for the DMA_BUF_FD handle type the driver writes an int fd through `handle`.
     let r = unsafe {
@@ -352,11 +514,7 @@ pub fn export(alloc: &DeviceAlloc, start: u64, len: u64) -> Result<OwnedFd, Expo
             0,
         )
     };
-    if !ctx.is_null() {
-        let mut old: CuContext = std::ptr::null_mut();
-        // SAFETY: pops what was pushed above.
-        unsafe { (d.ctx_pop)(&mut old) };
-    }
+    drop(cur);
     if r != 0 || fd < 0 {
         return Err(ExportError { code: r, call });
     }
@@ -376,6 +534,8 @@ mod tests {
             device: 0,
             base: 0x7f00_0020_0000,
             size: 4096,
+            reservation: None,
+            block_id: 0,
         };
         assert_eq!(a.export_range(4096), (0x7f00_0020_0000, 4096));
         let b = DeviceAlloc {
@@ -396,6 +556,32 @@ mod tests {
             ..a
         };
         assert_eq!(big.export_range(4096), (0x7e00_0000_0000, 64 << 30));
+    }
+
+    #[test]
+    fn vmm_mapping_is_exported_not_the_reservation() {
+        const G: u64 = 2 << 20;
+        let res = (0x7f00_0000_0000, 8 * G);
+        // Chunk 1 of a reservation of 8, mapped alone: the mapping.
+        let m = (res.0 + G, G);
+        assert_eq!(holding_range(res, Some(m), m.0 + 4096), (m, Some(res)));
+        assert_eq!(holding_range(res, Some(m), m.0), (m, Some(res)));
+        // cuMemAlloc: the mapping is the range.
+        assert_eq!(holding_range(res, Some(res), res.0 + 5), (res, None));
+        // Nothing reported, or a mapping that does not hold the address, or that is not
+        // inside the range (pool memory, if the driver reported the pool's mapping): the range.
+        assert_eq!(holding_range(res, None, res.0), (res, None));
+        assert_eq!(holding_range(res, Some(m), m.0 + G), (res, None));
+        assert_eq!(holding_range(res, Some(m), m.0 - 1), (res, None));
+        let pool = (res.0 - G, 16 * G);
+        assert_eq!(holding_range(res, Some(pool), res.0), (res, None));
+        assert_eq!(holding_range(res, Some((m.0, 0)), m.0), (res, None));
+        // The last mapping of the reservation.
+        let last = (res.0 + 7 * G, G);
+        assert_eq!(
+            holding_range(res, Some(last), res.0 + 8 * G - 1),
+            (last, Some(res))
+        );
     }
 
     #[test]

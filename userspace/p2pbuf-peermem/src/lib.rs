@@ -25,9 +25,16 @@
 //! memory, pinned or managed CUDA memory, a range that leaves the buffer, a dma-buf whose fd the
 //! program no longer holds) goes to the real function untouched.
 //!
+//! For CUDA VMM memory (`cuMemCreate` + `cuMemAddressReserve` + `cuMemMap`) the export is the
+//! mapping that holds the range (`cuMemGetAddressRange`), never the whole reservation, made
+//! with the primary context of the pointer's device current (VMM memory has no owning
+//! context); a range over two mappings is refused (EINVAL): one memory region is one dma-buf,
+//! and one dma-buf is one mapping.
+//!
 //! `P2PBUF_PEERMEM_DEBUG=1` makes the library say on stderr what it decided and why, for every
-//! call; otherwise it prints nothing. Errors are returned as the real functions return them:
-//! NULL with `errno`.
+//! call; otherwise it prints one line only for a refusal that the program could not explain
+//! otherwise (a range over two VMM mappings). Errors are returned as the real functions return
+//! them: NULL with `errno`.
 
 mod cuda;
 mod fdfind;
@@ -225,6 +232,48 @@ enum Plan {
     /// Hand it to the real function, for this reason.
     Pass(String),
     Device(Source),
+    /// Fail with this errno, for this reason (said with `P2PBUF_PEERMEM_DEBUG`).
+    Fail(i32, String),
+    /// Fail with this errno, and say why on stderr in any case: the program asked for
+    /// something that cannot be done and would not know why otherwise.
+    Refuse(i32, String),
+}
+
+/// Where a registration range lies in the CUDA memory that holds its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// Inside: one export.
+    Inside,
+    /// Runs past the end of a CUDA VMM mapping (into another mapping, or unmapped space).
+    PastMapping,
+    /// Runs past the end of an allocation that is not VMM memory.
+    PastAllocation,
+}
+
+fn fit(addr: u64, len: u64, a: &cuda::DeviceAlloc) -> Fit {
+    match addr.checked_add(len) {
+        Some(end) if end <= a.base.saturating_add(a.size) => Fit::Inside,
+        _ if a.reservation.is_some() => Fit::PastMapping,
+        _ => Fit::PastAllocation,
+    }
+}
+
+/// The plan for CUDA device memory.
+fn plan_device(c: &Call, a: cuda::DeviceAlloc) -> Plan {
+    match fit(c.addr as u64, c.len as u64, &a) {
+        Fit::Inside => Plan::Device(Source::Cuda(a)),
+        Fit::PastMapping => Plan::Refuse(
+            libc::EINVAL,
+            format!(
+                "{c}: the range runs past the end of the CUDA VMM mapping that holds its start ({:#x}+{}); a memory region is one dma-buf and a dma-buf is one mapping: register each mapping separately",
+                a.base, a.size
+            ),
+        ),
+        Fit::PastAllocation => Plan::Pass(format!(
+            "CUDA device memory, but the range runs past its allocation ({:#x}+{}) and cannot be one dma-buf",
+            a.base, a.size
+        )),
+    }
 }
 
 fn describe_other(l: &maps::Lookup) -> String {
@@ -268,16 +317,8 @@ fn classify(c: &Call) -> Plan {
     match cuda::probe(addr) {
         cuda::Probe::NotCuda => Plan::Pass(host),
         cuda::Probe::Host(why) | cuda::Probe::Unusable(why) => Plan::Pass(why),
-        cuda::Probe::Device(a) => {
-            if addr + len <= a.base + a.size {
-                Plan::Device(Source::Cuda(a))
-            } else {
-                Plan::Pass(format!(
-                    "CUDA device memory, but the range runs past its allocation ({:#x}+{}) and cannot be one dma-buf",
-                    a.base, a.size
-                ))
-            }
-        }
+        cuda::Probe::Device(a) => plan_device(c, a),
+        cuda::Probe::Unmapped(why) => Plan::Fail(libc::EFAULT, why),
     }
 }
 
@@ -379,14 +420,21 @@ unsafe fn register_device(c: &Call, src: Source) -> *mut ibv_mr {
                 Key::Cuda {
                     ctx: a.ctx,
                     buffer_id: a.buffer_id,
+                    block_id: a.block_id,
                     start,
                     len,
                 },
                 addr - start,
-                format!(
-                    "CUDA device memory of device {} (allocation {:#x}+{}, buffer id {})",
-                    a.device, a.base, a.size, a.buffer_id
-                ),
+                match a.reservation {
+                    None => format!(
+                        "CUDA device memory of device {} (allocation {:#x}+{}, buffer id {})",
+                        a.device, a.base, a.size, a.buffer_id
+                    ),
+                    Some((rb, rs)) => format!(
+                        "CUDA VMM memory of device {} (mapping {:#x}+{} of the reservation {rb:#x}+{rs}, buffer id {}, memory block id {})",
+                        a.device, a.base, a.size, a.buffer_id, a.block_id
+                    ),
+                },
             )
         }
     };
@@ -486,6 +534,20 @@ unsafe fn register(c: Call) -> *mut ibv_mr {
             debug!("{c}: {why}: passing to the real function");
             set_errno(saved);
             c.pass()
+        }
+        Plan::Fail(e, why) => {
+            debug!("{c}: {why}: failing with {}", errno_text(e));
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+        Plan::Refuse(e, why) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "p2pbuf-peermem: {why}: failing with {}",
+                errno_text(e)
+            );
+            set_errno(e);
+            std::ptr::null_mut()
         }
         Plan::Device(src) => {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| register_device(&c, src)))
@@ -635,6 +697,46 @@ mod tests {
             dmabuf_access(acc::IBV_ACCESS_MW_BIND),
             acc::IBV_ACCESS_MW_BIND
         );
+    }
+
+    #[test]
+    fn a_range_past_a_vmm_mapping_is_refused() {
+        const G: u64 = 2 << 20;
+        let alloc = cuda::DeviceAlloc {
+            ctx: 0,
+            buffer_id: 3,
+            device: 0,
+            base: 0x7f00_0000_0000 + G,
+            size: G,
+            reservation: Some((0x7f00_0000_0000, 8 * G)),
+            block_id: 5,
+        };
+        assert_eq!(fit(alloc.base, G, &alloc), Fit::Inside);
+        assert_eq!(fit(alloc.base + G - 4096, 4096, &alloc), Fit::Inside);
+        assert_eq!(fit(alloc.base + G - 4096, 8192, &alloc), Fit::PastMapping);
+        assert_eq!(fit(alloc.base, u64::MAX, &alloc), Fit::PastMapping);
+        let plain = cuda::DeviceAlloc {
+            reservation: None,
+            ..alloc
+        };
+        assert_eq!(fit(plain.base + 1, G, &plain), Fit::PastAllocation);
+        let c = Call {
+            api: Api::RegMr,
+            pd: std::ptr::null_mut(),
+            addr: (alloc.base + G - 4096) as *mut c_void,
+            len: 8192,
+            iova: 0,
+            access: 1,
+        };
+        let Plan::Refuse(e, why) = plan_device(&c, alloc) else {
+            panic!("a range over two VMM mappings was not refused")
+        };
+        assert_eq!(e, libc::EINVAL);
+        assert!(why.contains("register each mapping separately"), "{why}");
+        assert!(!why.contains('\n'), "{why}");
+        assert!(matches!(plan_device(&c, plain), Plan::Pass(_)));
+        let inside = Call { len: 4096, ..c };
+        assert!(matches!(plan_device(&inside, alloc), Plan::Device(_)));
     }
 
     #[test]

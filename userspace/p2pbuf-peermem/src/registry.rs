@@ -17,12 +17,15 @@ pub enum Key {
         /// `st_ino`.
         ino: u64,
     },
-    /// An export of (the whole of) one CUDA allocation.
+    /// An export of (the whole of) one CUDA allocation, or of one mapping of CUDA VMM memory.
     Cuda {
         /// The owning context.
         ctx: usize,
         /// The allocation's buffer id: another allocation at the same address is another key.
         buffer_id: u64,
+        /// For VMM memory, the physical allocation's id (0 where unknown): another allocation
+        /// mapped at the same address is another key.
+        block_id: u64,
         /// Start of the exported range.
         start: u64,
         /// Its length.
@@ -222,6 +225,7 @@ mod tests {
         let k = Key::Cuda {
             ctx: 1,
             buffer_id: 7,
+            block_id: 0,
             start: 0x7f00_0000_0000,
             len: 1 << 21,
         };
@@ -231,6 +235,7 @@ mod tests {
         let k2 = Key::Cuda {
             ctx: 1,
             buffer_id: 8,
+            block_id: 0,
             start: 0x7f00_0000_0000,
             len: 1 << 21,
         };
@@ -239,6 +244,18 @@ mod tests {
             .acquire::<()>(&k2, || Ok((open_fd(), "8".into())))
             .unwrap();
         assert!(!b.reused);
-        assert_eq!(r.counts(), (2, 0));
+        // Another physical allocation mapped at the same address (VMM) is another buffer too.
+        let k3 = Key::Cuda {
+            ctx: 1,
+            buffer_id: 7,
+            block_id: 9,
+            start: 0x7f00_0000_0000,
+            len: 1 << 21,
+        };
+        let c = r
+            .acquire::<()>(&k3, || Ok((open_fd(), "9".into())))
+            .unwrap();
+        assert!(!c.reused);
+        assert_eq!(r.counts(), (3, 0));
     }
 }
