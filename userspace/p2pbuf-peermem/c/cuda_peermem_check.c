@@ -28,6 +28,7 @@
 #include <dlfcn.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -35,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +47,15 @@
 #include "check_util.h"
 
 #define DMA_BUF_MAGIC 0x444d4142
+
+/* struct procmap_query (include/uapi/linux/fs.h, Linux 6.11). */
+struct pmq {
+	uint64_t size, query_flags, query_addr, vma_start, vma_end, vma_flags, vma_page_size,
+		vma_offset, inode;
+	uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+	uint64_t vma_name_addr, build_id_addr;
+};
+#define PMQ_IOCTL _IOWR('f', 17, struct pmq)
 
 /* ---- TAP ---- */
 static int tests, failures;
@@ -871,6 +883,115 @@ static void pool_memory(struct ibv_pd *pd)
 	cuStreamSynchronize(NULL);
 }
 
+/* The host-memory fast path must not outlive the host memory: a host mapping is registered
+ * twice (the second time the library knows the mapping), unmapped, and CUDA reserves and maps
+ * device memory at the same address (cuMemAddressReserve with the address as its hint); a
+ * registration there must be exported. Where the driver does not honour the hint, the device
+ * memory is registered where it is, and the line says so. */
+static void vmm_after_host(struct ibv_pd *pd)
+{
+	size_t span = 4 * gran;
+	char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CUdeviceptr want, res = 0;
+	struct ibv_mr *mr;
+	uint64_t h;
+	bool ok;
+
+	printf("# --- host memory registered, unmapped, then CUDA VMM memory at the same address\n");
+	if (!check(m != MAP_FAILED, "mmap %zu bytes of host memory", span))
+		return;
+	want = ((uintptr_t)m + gran - 1) & ~(uintptr_t)(gran - 1);
+	memset((void *)(uintptr_t)want, 1, gran);
+	check_pass_through(pd, (void *)(uintptr_t)want, 4096, "host memory, first registration");
+	check_pass_through(pd, (void *)(uintptr_t)want, 4096,
+			   "host memory, second registration (the fast path)");
+	munmap(m, span);
+	/* Asked before check()'s arguments are read: their order of evaluation is unspecified. */
+	ok = cuMemAddressReserve(&res, gran, 0, want, 0) == 0 && vmm_map(res, gran, &h);
+	if (!check(ok, "reserve and map %zu bytes of device memory with the hint %#" PRIx64
+		       ": at %#" PRIx64 " (%s)",
+		   gran, want, res, res == want ? "the host memory's address" : "elsewhere: the driver did not take the hint"))
+		return;
+	mr = vmm_reg(pd, res, 4096, res == want ? "device memory where host memory was" :
+						     "device memory (the hint was not honoured)");
+	dereg(mr);
+	vmm_unmap(res, gran, h);
+	cuMemAddressFree(res, gran);
+}
+
+/* The mapping that holds addr (PROCMAP_QUERY): "start-end perms name", and whether it is what
+ * the library's fast path caches as plain host memory (private, readable or writable, not a
+ * /dev file or a dma-buf). */
+static bool vma_of(uint64_t addr, char *out, size_t n)
+{
+	char name[256] = "";
+	struct pmq q = { .size = sizeof(q), .query_addr = addr, .vma_name_size = sizeof(name),
+			 .vma_name_addr = (uintptr_t)name };
+	int fd = open("/proc/self/maps", O_RDONLY), r = fd < 0 ? -1 : ioctl(fd, PMQ_IOCTL, &q);
+	char perms[5] = { q.vma_flags & 1 ? 'r' : '-', q.vma_flags & 2 ? 'w' : '-',
+			  q.vma_flags & 4 ? 'x' : '-', q.vma_flags & 8 ? 's' : 'p', 0 };
+
+	if (fd >= 0)
+		close(fd);
+	if (r) {
+		snprintf(out, n, "no mapping (PROCMAP_QUERY: %s)", strerror(errno));
+		return false;
+	}
+	snprintf(out, n, "%" PRIx64 "-%" PRIx64 " %s %s", q.vma_start, q.vma_end, perms,
+		 name[0] ? name : "[anonymous]");
+	return (perms[0] == 'r' || perms[1] == 'w') && perms[3] == 'p' && strncmp(name, "/dev/", 5) &&
+	       strncmp(name, "/dmabuf:", 8);
+}
+
+/* What the host-memory fast path rests on (docs/cuda.md): device memory is never in a plain
+ * host mapping, and a new CUDA reservation goes through the library's mmap (a new
+ * generation, which empties the fast path's cache). */
+static void fast_path_assumptions(void)
+{
+	uint64_t (*gen)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "p2pbuf_peermem_generation");
+	CUdeviceptr dev = 0, big = 0, vmm = 0, pool = 0;
+	size_t big_len = (size_t)256 << 30;
+	uint64_t g0, g1, h = 0;
+	char line[512];
+	bool plain, vmm_ok;
+
+	printf("# --- what the host-memory fast path rests on\n");
+	if (!gen) {
+		printf("# this library has no host-memory fast path (no p2pbuf_peermem_generation)\n");
+		return;
+	}
+	g0 = gen();
+	/* Asked before check()'s arguments are read. */
+	vmm_ok = cuMemAddressReserve(&big, big_len, 0, 0, 0) == 0;
+	g1 = gen();
+	check(vmm_ok && g1 > g0,
+	      "a new CUDA reservation of 256 GiB reached the library's mmap: generation %" PRIu64 " -> %" PRIu64,
+	      g0, g1);
+	if (vmm_ok) {
+		plain = vma_of(big + big_len / 2, line, sizeof(line));
+		check(!plain, "the middle of the reservation %#" PRIx64 " is not plain host memory: %s", big, line);
+	}
+	if (cuMemAlloc(&dev, 2 << 20) == 0) {
+		plain = vma_of(dev, line, sizeof(line));
+		check(!plain, "cuMemAlloc memory %#" PRIx64 " is not in plain host memory: %s", dev, line);
+		cuMemFree(dev);
+	}
+	if (cuMemAddressReserve(&vmm, gran, 0, 0, 0) == 0 && vmm_map(vmm, gran, &h)) {
+		plain = vma_of(vmm, line, sizeof(line));
+		check(!plain, "CUDA VMM memory (mapped) %#" PRIx64 " is not in plain host memory: %s", vmm, line);
+		vmm_unmap(vmm, gran, h);
+		cuMemAddressFree(vmm, gran);
+	}
+	if (cuMemAllocAsync(&pool, 1 << 20, NULL) == 0 && cuStreamSynchronize(NULL) == 0) {
+		plain = vma_of(pool, line, sizeof(line));
+		check(!plain, "pool memory %#" PRIx64 " is not in plain host memory: %s", pool, line);
+		cuMemFreeAsync(pool, NULL);
+		cuStreamSynchronize(NULL);
+	}
+	if (vmm_ok)
+		cuMemAddressFree(big, big_len);
+}
+
 static void check_vmm(struct ibv_pd *pd, int dev)
 {
 	CUmemAllocationProp p;
@@ -889,6 +1010,100 @@ static void check_vmm(struct ibv_pd *pd, int dev)
 	vmm_spanning(pd);
 	vmm_neighbour(pd);
 	pool_memory(pd);
+	vmm_after_host(pd);
+	fast_path_assumptions();
+}
+
+/* ---- cost of host-memory registrations ---- */
+#define TIME_BATCH 1000
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of n per-call times (sorts them). */
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+
+/* Median microseconds per call of what each step of the library's slow path costs here, for
+ * host memory: the driver's pointer query with one attribute and with seven, and one
+ * PROCMAP_QUERY. */
+static void time_steps(void *host, int batches)
+{
+	CUresult (*pga)(unsigned, int *, void **, CUdeviceptr) = NULL;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	int attrs[7] = { 2, 1, 7, 8, 9, 11, 12 };
+	uint64_t vals[7];
+	void *ptrs[7];
+	double *t = calloc(batches, sizeof(*t));
+	int fd = open("/proc/self/maps", O_RDONLY);
+	char name[512];
+
+	for (int i = 0; i < 7; i++)
+		ptrs[i] = &vals[i];
+	if (h)
+		*(void **)&pga = dlsym(h, "cuPointerGetAttributes");
+	for (int n = 1; pga && t && n <= 7; n += 6) {
+		for (int b = 0; b < batches; b++) {
+			double t0 = now_us();
+
+			for (int i = 0; i < TIME_BATCH; i++)
+				pga(n, attrs, ptrs, (uintptr_t)host);
+			t[b] = (now_us() - t0) / TIME_BATCH;
+		}
+		printf("# step: cuPointerGetAttributes, %d attribute%s, host memory: median %.3f us\n", n,
+		       n > 1 ? "s" : "", median(t, batches));
+	}
+	for (int b = 0; fd >= 0 && t && b < batches; b++) {
+		double t0 = now_us();
+
+		for (int i = 0; i < TIME_BATCH; i++) {
+			struct pmq q = { .size = sizeof(q), .query_addr = (uintptr_t)host,
+					 .vma_name_size = sizeof(name), .vma_name_addr = (uintptr_t)name };
+
+			ioctl(fd, PMQ_IOCTL, &q);
+		}
+		t[b] = (now_us() - t0) / TIME_BATCH;
+	}
+	if (fd >= 0 && t)
+		printf("# step: PROCMAP_QUERY ioctl on /proc/self/maps: median %.3f us\n", median(t, batches));
+	if (fd >= 0)
+		close(fd);
+	free(t);
+}
+
+static void time_host_memory(struct ibv_pd *pd, void *host, int reps)
+{
+	int batches = reps / TIME_BATCH > 0 ? reps / TIME_BATCH : 1;
+	double *t = calloc(batches, sizeof(*t));
+	struct ibv_mr *mr;
+
+	if (!t)
+		return;
+	for (int b = 0; b < batches; b++) {
+		double t0 = now_us();
+
+		for (int i = 0; i < TIME_BATCH; i++) {
+			mr = ibv_reg_mr(pd, host, 4096, RW);
+			if (!mr || ibv_dereg_mr(mr)) {
+				printf("# host memory timing stopped: ibv_reg_mr/ibv_dereg_mr failed (errno %d)\n", errno);
+				free(t);
+				return;
+			}
+		}
+		t[b] = (now_us() - t0) / TIME_BATCH;
+	}
+	printf("# host memory, 4 KiB: median %.3f us per ibv_reg_mr + ibv_dereg_mr, %d batches of %d (%s the library; the stand-in's own work is a calloc and a free)\n",
+	       median(t, batches), batches, TIME_BATCH, preload ? "with" : "without");
+	free(t);
+	time_steps(host, batches);
 }
 
 /* The stand-in's context, laid out as a provider's (mlx5_context, rxe_context, ...). */
@@ -1034,21 +1249,11 @@ int main(int argc, char **argv)
 	}
 
 done:
-	/* Cost for host memory: n registrations and deregistrations of 4 KiB (run it without
-	 * P2PBUF_PEERMEM_DEBUG, which prints a line per call). */
-	if (time_host > 0) {
-		int reps = time_host;
-		double t0 = now_us(), per;
-
-		for (int i = 0; i < reps; i++) {
-			mr = ibv_reg_mr(pd, host, 4096, RW);
-			if (!mr || ibv_dereg_mr(mr))
-				break;
-		}
-		per = (now_us() - t0) / reps;
-		printf("# host memory, 4 KiB: %.2f us per ibv_reg_mr + ibv_dereg_mr (%s the library; the stand-in's own work is a calloc and a free)\n",
-		       per, preload ? "with" : "without");
-	}
+	/* Cost for host memory: registrations and deregistrations of 4 KiB, in batches of
+	 * TIME_BATCH; the median of the batches (run it without P2PBUF_PEERMEM_DEBUG, which
+	 * prints a line per call). */
+	if (time_host > 0)
+		time_host_memory(pd, host, time_host);
 
 	free(host);
 	ibv_dealloc_pd(pd);

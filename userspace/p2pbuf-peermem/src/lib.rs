@@ -31,6 +31,14 @@
 //! context); a range over two mappings is refused (EINVAL): one memory region is one dma-buf,
 //! and one dma-buf is one mapping.
 //!
+//! Host memory costs a look at `/proc/self/maps` and a question to the driver the first time a
+//! mapping is seen; after that, a registration in the same plain host mapping (private,
+//! readable or writable, not a device file or a dma-buf, not device memory to the driver) is
+//! passed on without a system call or a driver call, until the library sees a call that could
+//! change what a mapping is (`mmap` of a file, `PROT_NONE` or at a fixed address, `mprotect`,
+//! `mremap`, which it interposes for that): see `hostcache.rs` and docs/cuda.md.
+//! `P2PBUF_PEERMEM_HOST_CACHE=0` turns that off.
+//!
 //! `P2PBUF_PEERMEM_DEBUG=1` makes the library say on stderr what it decided and why, for every
 //! call; otherwise it prints one line only for a refusal that the program could not explain
 //! otherwise (a range over two VMM mappings). Errors are returned as the real functions return
@@ -38,6 +46,7 @@
 
 mod cuda;
 mod fdfind;
+mod hostcache;
 mod maps;
 mod real;
 mod registry;
@@ -296,6 +305,8 @@ fn classify(c: &Call) -> Plan {
     if len == 0 || addr == 0 {
         return Plan::Pass("empty range or NULL address".into());
     }
+    let seen = hostcache::generation();
+    let mut plain = None;
     let host = match maps::lookup_self(addr, len) {
         Ok(maps::Lookup::DmaBuf(r)) if !r.writable && c.access & ACCESS_WRITES != 0 => {
             // The library does not grant writes that the program's own mapping does not
@@ -311,12 +322,35 @@ fn classify(c: &Call) -> Plan {
             "the range starts in a mapping of dma-buf {path} but runs past its end at {map_end:#x}"
         ))
         }
-        Ok(l) => describe_other(&l),
+        Ok(l) => {
+            plain = match &l {
+                maps::Lookup::Other {
+                    start,
+                    end,
+                    perms,
+                    path,
+                } if hostcache::plain_host(perms, path) => Some((*start, *end)),
+                _ => None,
+            };
+            describe_other(&l)
+        }
         Err(e) => format!("/proc/self/maps cannot be read ({e})"),
     };
+    let remember = || {
+        if let Some((start, end)) = plain {
+            hostcache::remember(start, end, seen);
+        }
+    };
     match cuda::probe(addr) {
-        cuda::Probe::NotCuda => Plan::Pass(host),
-        cuda::Probe::Host(why) | cuda::Probe::Unusable(why) => Plan::Pass(why),
+        cuda::Probe::NotCuda => {
+            remember();
+            Plan::Pass(host)
+        }
+        cuda::Probe::Host(why) => {
+            remember();
+            Plan::Pass(why)
+        }
+        cuda::Probe::Unusable(why) => Plan::Pass(why),
         cuda::Probe::Device(a) => plan_device(c, a),
         cuda::Probe::Unmapped(why) => Plan::Fail(libc::EFAULT, why),
     }
@@ -522,11 +556,25 @@ unsafe fn register_device(c: &Call, src: Source) -> *mut ibv_mr {
     mr
 }
 
+/// The host-memory fast path: the start of the range is in a mapping that [`classify`] found
+/// to be plain host memory, in the current generation ([`hostcache`]); `classify` would pass
+/// such a call on too. No system call, no driver call.
+fn surely_host(c: &Call) -> bool {
+    let addr = c.addr as u64;
+    c.len != 0 && addr != 0 && hostcache::known_plain_host(addr)
+}
+
 unsafe fn register(c: Call) -> *mut ibv_mr {
     if IN_REAL.get() {
         return c.pass();
     }
     let saved = errno();
+    let fast = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| surely_host(&c)));
+    if fast.unwrap_or(false) {
+        debug!("{c}: host memory (in a plain host mapping looked at before, with no mapping made since that could change that): passing to the real function");
+        set_errno(saved);
+        return c.pass();
+    }
     let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| classify(&c)))
         .unwrap_or_else(|_| Plan::Pass("internal error while looking at the range".into()));
     match plan {
@@ -754,6 +802,36 @@ mod tests {
             panic!("host memory classified as device memory")
         };
         assert!(why.starts_with("host memory (mapping "), "{why}");
+        // The mapping is remembered: the next call takes the fast path, and a file mapped
+        // anywhere ends that.
+        // (Other tests map files in parallel threads, which ends the generation: retried.)
+        let fast = (0..1000).any(|_| {
+            let _ = classify(&c);
+            surely_host(&c)
+        });
+        assert!(fast, "a registration after a lookup is never the fast path");
+        assert!(!surely_host(&Call { len: 0, ..c }));
+        let f = std::fs::File::open("/proc/self/exe").expect("open /proc/self/exe");
+        // SAFETY: a private read-only mapping of a page of a file, unmapped below.
+        let m = unsafe {
+            use std::os::fd::AsRawFd;
+            hostcache::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED);
+        assert!(
+            !surely_host(&c),
+            "a file mapping must end the fast path's knowledge"
+        );
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(m, 4096) };
+        assert!(matches!(classify(&c), Plan::Pass(_)));
         let c0 = Call { len: 0, ..c };
         assert!(matches!(classify(&c0), Plan::Pass(_)));
         assert_eq!(
