@@ -7,6 +7,8 @@
 #                            infiniband/driver.h, from the build tree)
 #   lib/                     that rdma-core's libibverbs.so.1 and the libnl it needs
 #   peermem-gpu-run.sh       the run script
+#   libstandin-provider.so   the checker's stand-in verbs provider as a library, and
+#   peermem-torch-check.py   PyTorch as the client (userspace/p2pbuf-peermem/c/standin_provider.c)
 #   before/                  with BEFORE_LIB=PATH, that build of the library (an older one), whose
 #                            CUDA VMM checks the run script also shows
 # Usage: userspace/scripts/peermem-gpu-bundle.sh OUT_DIR   (from the checkout's root)
@@ -25,6 +27,10 @@ cp "$TARGET/release/libp2pbuf_peermem.so" "$OUT/"
 gcc -O2 -g0 -Wall -Wextra -Werror -isystem "$BUILD/include" -I"$STAGE/usr/include" \
 	-o "$OUT/cuda-peermem-check" userspace/p2pbuf-peermem/c/cuda_peermem_check.c \
 	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
+gcc -O2 -g0 -Wall -Wextra -Werror -shared -fPIC -isystem "$BUILD/include" -I"$STAGE/usr/include" \
+	-o "$OUT/libstandin-provider.so" userspace/p2pbuf-peermem/c/standin_provider.c \
+	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs
+cp userspace/scripts/peermem-torch-check.py "$OUT/"
 cp -L "$LIBS/libibverbs.so.1" "$OUT/lib/"
 for l in $(LD_LIBRARY_PATH=$LIBS ldd "$LIBS/libibverbs.so.1" | awk '/libnl/ {print $3}'); do
 	cp -L "$l" "$OUT/lib/"
