@@ -491,7 +491,9 @@ fn real_main(cli: Cli) -> Result<()> {
                 .iter()
                 .map(|p| format!("kernel {}: {}", p.kind, p.line))
                 .collect();
-            if o.timed_out {
+            if o.hung_before_init {
+                bad.push("hang: the kernel never reached /init (see the console log)".into());
+            } else if o.timed_out {
                 bad.push(format!("hang: no power-off within {timeout}s"));
             }
             if !bad.is_empty() {

@@ -21,6 +21,12 @@ pub const QEMU: &str = "qemu-system-x86_64";
 /// Marker /init prints first (boot time is measured to it).
 const INIT_MARKER: &str = "p2pbuf-init: started";
 
+/// How long a boot may take to reach /init before it counts as hung. Every boot reaches it
+/// in 10 to 45 s of guest time (the slowest, engine-icount, in about 40 s); a kernel that
+/// wedges before init (a report storm from every timer interrupt, as the CI run of 9ececf6
+/// showed) is stopped here instead of at the run's whole timeout (30 min for large-bar).
+const INIT_DEADLINE: Duration = Duration::from_secs(600);
+
 /// How a VM run ended.
 pub struct Outcome {
     pub parser: Parser,
@@ -33,6 +39,9 @@ pub struct Outcome {
     /// (`kcsan::kcsan_not_ours_note`), not failed.
     pub kcsan: Vec<KcsanReport>,
     pub timed_out: bool,
+    /// The run was stopped because the kernel never reached /init within [`INIT_DEADLINE`]
+    /// (`timed_out` is set too).
+    pub hung_before_init: bool,
     pub exit_ok: bool,
     pub boot_to_init: Option<Duration>,
     pub wall: Duration,
@@ -173,6 +182,7 @@ pub fn boot_and_watch_with(
     let mut pending = String::new();
     let mut pos = 0u64;
     let mut timed_out = false;
+    let mut hung_before_init = false;
     let exited;
     let mut drain_results =
         |parser: &mut Parser, pending: &mut String, pos: &mut u64, flush: bool| -> Result<()> {
@@ -243,7 +253,8 @@ pub fn boot_and_watch_with(
             }
         }
         drain_results(&mut parser, &mut pending, &mut pos, false)?;
-        if start.elapsed() > w.timeout {
+        hung_before_init = boot_to_init.is_none() && start.elapsed() > INIT_DEADLINE;
+        if start.elapsed() > w.timeout || hung_before_init {
             timed_out = true;
             let _ = child.kill();
             exited = child.wait().ok();
@@ -260,6 +271,7 @@ pub fn boot_and_watch_with(
         forced_failures,
         kcsan,
         timed_out,
+        hung_before_init,
         exit_ok: exited.map(|s| s.success()).unwrap_or(false),
         boot_to_init,
         wall: start.elapsed(),
@@ -299,7 +311,13 @@ pub fn failures(o: &Outcome, timeout: Duration) -> Vec<String> {
     for p in &o.problems {
         f.push(format!("kernel {} in the console log: {}", p.kind, p.line));
     }
-    if o.timed_out {
+    if o.hung_before_init {
+        f.push(format!(
+            "hang: the kernel did not reach /init within {}s and the VM was killed (see the \
+             first report in the console log)",
+            INIT_DEADLINE.as_secs()
+        ));
+    } else if o.timed_out {
         f.push(format!(
             "hang: the VM did not finish within {}s and was killed",
             timeout.as_secs()
