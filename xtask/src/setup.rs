@@ -6,7 +6,7 @@
 //! cache, and the Linux 7.3 source from Debian's `linux-source-7.3`; both of the latter through a
 //! private apt configuration in the cache (the system's sources are never edited).
 
-use crate::util::{heading, output, run_step, Ctx};
+use crate::util::{heading, output, run_step, run_step_status, Ctx};
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -685,28 +685,138 @@ pub fn debian_orig_tarball(ctx: &Ctx, pkg: &str, version: &str, file: &str) -> R
     private_apt_update(ctx, &opts)?;
     // The mirror sometimes answers 404 for the .dsc (or the Debian tarball) while the orig
     // tarball downloads fine, and apt then exits non-zero: look for the tarball, not at apt's
-    // exit code.
-    let _ = run_step(
+    // exit code, and report a failure only when the tarball is not there.
+    let title = format!("apt-get source --download-only {pkg}");
+    let run = run_step_status(
         ctx,
-        &format!("apt-get source --download-only {pkg}"),
+        &title,
         pkg,
         Command::new("apt-get")
             .args(&opts)
             .args(["source", "--download-only", &format!("{pkg}={version}")])
             .current_dir(&dl),
-    );
-    if !tb.exists() {
-        bail!(
-            "could not download {} from Debian sid's source packages ({pkg} {version})",
-            tb.display()
-        );
+    )?;
+    let apt_output = step_output(&run.log_path, &title);
+    match orig_fetch(run.status.success(), &apt_output, tb.exists()) {
+        OrigFetch::Complete => {}
+        OrigFetch::OrigOnly(why) => println!("    {pkg}: {why}"),
+        OrigFetch::Missing => {
+            let msg = format!(
+                "could not download {} from Debian sid's source packages ({pkg} {version})",
+                tb.display()
+            );
+            if run.status.success() {
+                bail!(msg);
+            }
+            return Err(run.failed(&title).context(msg));
+        }
     }
     Ok(tb)
+}
+
+/// What `apt-get source --download-only` left for [`debian_orig_tarball`].
+#[derive(Debug, PartialEq, Eq)]
+enum OrigFetch {
+    /// apt fetched every file and the orig tarball is there.
+    Complete,
+    /// apt failed on other files, but the orig tarball is there: the build goes on, with one
+    /// quiet line that says why apt failed.
+    OrigOnly(&'static str),
+    /// The orig tarball is not there: the build cannot go on.
+    Missing,
+}
+
+/// Decides from apt's exit, its output (`Err:1 http://… sid/main rdma-core 65.0-1.1 (dsc)`
+/// for each file it could not fetch) and whether the orig tarball is in `dl/`.
+fn orig_fetch(apt_ok: bool, apt_output: &str, orig_present: bool) -> OrigFetch {
+    if !orig_present {
+        return OrigFetch::Missing;
+    }
+    if apt_ok {
+        return OrigFetch::Complete;
+    }
+    let no_dsc = apt_output
+        .lines()
+        .any(|l| l.starts_with("Err:") && l.trim_end().ends_with(" (dsc)"));
+    OrigFetch::OrigOnly(if no_dsc {
+        "no .dsc on this mirror: using the orig tarball"
+    } else {
+        "apt-get source failed (see its log): using the orig tarball it fetched"
+    })
+}
+
+/// What the step `title` wrote to its log `log_path` (the text after its last `### title`
+/// header; the whole log if there is none).
+fn step_output(log_path: &Path, title: &str) -> String {
+    let log = fs::read_to_string(log_path).unwrap_or_default();
+    let header = format!("### {title}\n");
+    match log.rfind(&header) {
+        Some(i) => log[i + header.len()..].to_string(),
+        None => log,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `apt-get source --download-only rdma-core=65.0-1.1` on this project's mirror, as its
+    /// log has it (exit status 100): the .dsc and the Debian tarball 404, the orig tarball comes.
+    const APT_NO_DSC: &str = "\
+Reading package lists...
+NOTICE: 'rdma-core' packaging is maintained in the 'Git' version control system at:
+https://salsa.debian.org/debian/rdma-core.git
+Need to get 2103 kB of source archives.
+Err:1 http://deb.debian.org/debian sid/main rdma-core 65.0-1.1 (dsc)
+  404  Not Found [IP: 203.0.113.80 80]
+Get:2 http://deb.debian.org/debian sid/main rdma-core 65.0-1.1 (tar) [2073 kB]
+Err:3 http://deb.debian.org/debian sid/main rdma-core 65.0-1.1 (diff)
+  404  Not Found [IP: 203.0.113.80 80]
+Fetched 2073 kB in 0s (8621 kB/s)
+E: Failed to fetch http://deb.debian.org/debian/pool/main/r/rdma-core/rdma-core_65.0-1.1.dsc  404  Not Found [IP: 203.0.113.80 80]
+E: Failed to fetch http://deb.debian.org/debian/pool/main/r/rdma-core/rdma-core_65.0-1.1.debian.tar.xz  404  Not Found [IP: 203.0.113.80 80]
+E: Failed to fetch some archives.
+";
+
+    #[test]
+    fn orig_tarball_without_dsc_is_no_error() {
+        // The fresh-machine case: apt fails, the orig tarball is there, the build goes on.
+        assert_eq!(
+            orig_fetch(false, APT_NO_DSC, true),
+            OrigFetch::OrigOnly("no .dsc on this mirror: using the orig tarball")
+        );
+        assert_eq!(
+            orig_fetch(true, "Fetched 2073 kB\n", true),
+            OrigFetch::Complete
+        );
+        // apt failed for another reason, yet the tarball came: still quiet, but not "no .dsc".
+        assert_eq!(
+            orig_fetch(false, "E: Failed to fetch some archives.\n", true),
+            OrigFetch::OrigOnly(
+                "apt-get source failed (see its log): using the orig tarball it fetched"
+            )
+        );
+        // No tarball: the one case that stops the build, whatever apt said.
+        assert_eq!(orig_fetch(false, APT_NO_DSC, false), OrigFetch::Missing);
+        assert_eq!(orig_fetch(true, "", false), OrigFetch::Missing);
+    }
+
+    #[test]
+    fn step_output_is_the_last_run_of_the_step() {
+        let dir = std::env::temp_dir().join(format!("xtask-step-output-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("rdma-core.log");
+        let t = "apt-get source --download-only rdma-core";
+        fs::write(
+            &log,
+            format!("\n### {t}\nold run\n### exit: 100\n\n### {t}\n### cmd\n{APT_NO_DSC}### exit: 100\n"),
+        )
+        .unwrap();
+        let out = step_output(&log, t);
+        assert!(out.starts_with("### cmd\nReading package lists"), "{out}");
+        assert!(!out.contains("old run"));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn series_tree_names() {

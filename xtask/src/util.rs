@@ -245,6 +245,38 @@ pub fn heading(msg: &str) {
 /// Shows a spinner with the elapsed time and the latest output line on a terminal, and a
 /// heartbeat line every minute otherwise. On failure prints the end of the log and its path.
 pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<()> {
+    let run = run_step_status(ctx, title, log, cmd)?;
+    if run.status.success() {
+        return Ok(());
+    }
+    Err(run.failed(title))
+}
+
+/// How a step run by [`run_step_status`] ended.
+pub struct StepRun {
+    pub status: std::process::ExitStatus,
+    pub secs: f64,
+    pub log_path: PathBuf,
+}
+
+impl StepRun {
+    /// Reports the step as failed: a red `error:` with the end of the log, and the error to
+    /// return.
+    pub fn failed(&self, title: &str) -> anyhow::Error {
+        eprintln!(
+            "\x1b[31merror\x1b[0m: {title} failed ({}) after {:.1}s; last lines of the log:",
+            self.status, self.secs
+        );
+        for l in tail(&self.log_path, 25) {
+            eprintln!("    {l}");
+        }
+        anyhow::anyhow!("{title} failed; full log: {}", self.log_path.display())
+    }
+}
+
+/// [`run_step`], but a non-zero exit is left to the caller: it is logged, not reported, so
+/// that a caller that can go on (see `setup::debian_orig_tarball`) prints no error.
+pub fn run_step_status(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<StepRun> {
     let log_path = ctx.log_path(log);
     let mut logf = fs::OpenOptions::new()
         .create(true)
@@ -316,19 +348,16 @@ pub fn run_step(ctx: &Ctx, title: &str, log: &str, cmd: &mut Command) -> Result<
     }
     if status.success() {
         println!("    {title}: done in {secs:.1}s");
-        return Ok(());
+    } else {
+        let _ = writeln!(logf, "### exit: {status}");
     }
-    let _ = writeln!(logf, "### exit: {status}");
-    eprintln!(
-        "\x1b[31merror\x1b[0m: {title} failed ({status}) after {secs:.1}s; last lines of the log:"
-    );
-    for l in tail(&log_path, 25) {
-        eprintln!("    {l}");
-    }
-    bail!("{title} failed; full log: {}", log_path.display())
+    Ok(StepRun {
+        status,
+        secs,
+        log_path,
+    })
 }
 
-/// The last `n` lines of a file.
 /// The last component of `path` as a string (lossy; empty for none).
 pub fn file_name(path: &Path) -> String {
     path.file_name()
@@ -345,6 +374,7 @@ pub fn file_stem(path: &Path) -> String {
         .into_owned()
 }
 
+/// The last `n` lines of a file.
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
     let s = fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = s.lines().collect();
