@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * p2pbuf engine races (docs/KERNEL_REVIEW.md H3: importer attachments and mappings are not
- * tied to the importing device's lifetime): the DMA engine (QEMU's edu device behind
- * /dev/p2pbuf-dma) is unbound from p2pbuf_importer while it holds device-memory buffers
- * imported (attached, and mapped for the engine), once and in a loop against a thread that
- * keeps importing and copying.
+ * p2pbuf engine races (H3 of the first kernel review, summed up in section 1 of the second,
+ * KERNEL_REVIEW.md, shared with the project; answered in docs/exporter.md, "Races": importer
+ * attachments and mappings are not tied to the importing device's lifetime): the DMA engine
+ * (QEMU's edu device behind /dev/p2pbuf-dma) is unbound from p2pbuf_importer while it holds
+ * device-memory buffers imported (attached, and mapped for the engine), once and in a loop
+ * against a thread that keeps importing and copying.
  *
  * What must hold: the unbind returns within a time bound; the open file's handles then fail
  * with a documented errno (ENODEV, RELEASE included), close

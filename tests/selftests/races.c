@@ -2,8 +2,9 @@
 /*
  * p2pbuf races: revoke (the REVOKE ioctl, and unbinding the provider, which revokes every
  * buffer) against mmap, against the last close, and against itself, with threads and with
- * processes; and when device memory goes back to its provider. Findings of
- * docs/KERNEL_REVIEW.md section 1 that each test aims at: H2 (a VMA whose mmap() is in
+ * processes; and when device memory goes back to its provider. Findings of the first kernel
+ * review (summed up in section 1 of the second, KERNEL_REVIEW.md, shared with the project;
+ * answered in docs/exporter.md, "Races") that each test aims at: H2 (a VMA whose mmap() is in
  * progress survives revoke), H2b (its page references then hold up the unbind), H1 (revoke
  * racing the final fput), M1 (a second revoke caller returns before the revoke has run), M2
  * (revoke waits without limit, holding a lock that mmap, ALLOC and PROVIDER_INFO need).
