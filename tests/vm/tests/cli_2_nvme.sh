@@ -27,7 +27,7 @@ comment /tmp/w.err
 if [ "$(p2p_fabric)" = refused ]; then
 	# No P2P path: refused, not bounced, and said so.
 	# EREMOTEIO where the queue takes no P2P pages; EINVAL (BLK_STS_INVAL) where NVMe takes
-	# them but its DMA mapping finds no path, as in Linux 7.2.
+	# them but its DMA mapping finds no path, as in Linux 7.2 and 7.3 (block/blk-mq-dma.c).
 	if [ $rc -eq 1 ] && grep -q '"errno":\(121\|22\)' /tmp/w.json && grep -q "no peer-to-peer path" /tmp/w.err; then
 		ktap_ok "nvme write from device memory: refused on the root-port topology (errno $(json_num errno </tmp/w.json)), reported as no P2P path"
 	else
