@@ -395,7 +395,7 @@ TEST_F(importer, release_errors)
 	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 0));
 	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 999999));
 	/* A size above the page size is E2BIG, even with a zero tail (the engine shares the
-	 * exporter's copy rules: exporter.c arg_size_is_capped_at_a_page). */
+	 * exporter's copy rules: exporter_1_uapi.c arg_size_is_capped_at_a_page). */
 	big = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, big);
 	big->size = PAGE + 1;

@@ -130,7 +130,7 @@ TEST_F(nvme, device_memory_round_trip)
 	ssize_t n;
 	size_t i;
 
-	/* Put the buffers at 1/2 of the BAR: below exporter.c's (3/4), above later tests' ones. */
+	/* Put the buffers at 1/2 of the BAR: below exporter_3_mmap.c's (3/4), above later tests' ones. */
 	ASSERT_EQ(0, p2pbuf_first_provider_info(self->dev, &p));
 	ASSERT_EQ(0, p2pbuf_devbuf_pair_at(self->dev, (p.total / 2) & ~4095ULL, LEN, buf));
 	a = buf[0].map, off_a = buf[0].bar_offset;

@@ -38,8 +38,8 @@
  *
  * Not confusing the host checks: this test prints no "# hostcheck" lines. Its buffers come
  * first-fit from the start of the BAR, below where nvme_p2p.c (1/2 of the BAR), nvme_cmb.c
- * (5/8), exporter.c (3/4) and lab_ivshmem.c (4 MiB below the end) leave bytes the host checks
- * after the run (asserted), and its drive region (DRIVE_OFF) is none of the drive regions
+ * (5/8), exporter_3_mmap.c (3/4) and lab_ivshmem.c (4 MiB below the end) leave bytes the host
+ * checks after the run (asserted), and its drive region (DRIVE_OFF) is none of the drive regions
  * other tests check (8-17 MiB, 64 MiB, 96-110 MiB, 128 MiB). The bytes it leaves in freed
  * device memory are zeroed by the next ALLOC (checked at the end through the BAR).
  *

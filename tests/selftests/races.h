@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Helpers shared by the race tests (races.c: the exporter, engine_races.c: the DMA engine):
+ * Helpers shared by the race tests (races_*.c: the exporter, engine_races.c: the DMA engine):
  * time budgets, sysfs bind/unbind with a time limit, the provider's pool as the kernel counts
  * it, CPU pinning and real-time priority (to place a preemption inside a kernel window), and
  * a SIGBUS probe that works in any thread.

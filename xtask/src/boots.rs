@@ -105,8 +105,9 @@ const LARGE_MIN_WALL_S: u64 = 1800;
 
 /// The tests the KCSAN boot runs (names containing one of these): those that race the
 /// modules' and the series' paths against each other from several threads
-/// (tests/selftests/races.c, engine_races.c, udmabuf_sync_race.c, odirect_revoke.c,
-/// vivid_vmap.c). `races` also matches `engine_races`, named for the list to say it.
+/// (tests/selftests/races_*.c, engine_races.c, udmabuf_sync_race.c, odirect_revoke.c,
+/// vivid_vmap.c). `races` also matches every `races_*` and `engine_races`, named for the list
+/// to say it.
 const KCSAN_TESTS: &[&str] = &[
     "races",
     "engine_races",
@@ -453,6 +454,7 @@ mod tests {
             .all(|b| b.name == "kcsan" || b.kernel == Flavour::Debug));
         for t in [
             "races",
+            "races_unbind",
             "engine_races",
             "udmabuf_sync_race",
             "odirect_revoke",

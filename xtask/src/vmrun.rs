@@ -234,7 +234,7 @@ pub fn boot_and_watch_with(
                     kcsan_report(r, &mut problems);
                 }
                 if forced_failures > 0 && dma_api_lost(&line) {
-                    // An injected failure of dma-debug's own allocation (see ktap.rs, DMA_API_LOST).
+                    // An injected failure of dma-debug's own allocation (see ktap/console.rs, DMA_API_LOST).
                     println!(
                         "    DMA-API debugging switched itself off after an injected allocation failure: {}",
                         line.trim()

@@ -25,7 +25,7 @@ PORT=7474
 SIZE=12582912 # 12 MiB: a size no other buffer of this test has, to find it in debugfs
 # The host looks at the bytes after the whole suite: a spacer held while the server allocates
 # puts the buffer 384 MiB into the BAR, where later tests' allocations (first fit from the
-# start, zeroed) do not overwrite it (exporter.c's host check uses 3/4 of the BAR).
+# start, zeroed) do not overwrite it (exporter_3_mmap.c's host check uses 3/4 of the BAR).
 p2pbuf alloc --kind p2pbuf --size 384M --hold 300 >/tmp/hc_spacer.txt 2>&1 &
 spacer=$!
 wait_for /tmp/hc_spacer.txt "allocated" 60 || comment /tmp/hc_spacer.txt

@@ -43,7 +43,7 @@ fi
 
 # The device memory: a p2pbuf buffer held by another process. Allocation is first fit from
 # the start of the BAR and zeroes what it takes, so no spacer: a spacer would zero the bytes
-# that earlier tests left for the host check (rdma_4's at 384-396 MiB, exporter.c's at 1/2,
+# that earlier tests left for the host check (rdma_4's at 384-396 MiB, exporter_3_mmap.c's at 1/2,
 # 5/8, 3/4 of the BAR and its end). Every earlier buffer is gone, so the buffer lands below
 # 384 MiB, where nobody else's checked bytes are; the tests after this one allocate
 # uninitialized buffers, or zeroed ones above a guard (fail_nth.c), and leave these bytes be.

@@ -1,0 +1,337 @@
+//! `cargo xtask patches`: each series of `linux/series/` as `git format-patch` output with its
+//! cover letter, signed off by the person who runs it, addressed with `get_maintainer.pl`,
+//! checked as reviewers check it (checkpatch.pl --strict, kernel-doc, rustfmt), optionally
+//! applied with `git am` to a pristine worktree on top of what it depends on and built at
+//! every step. `--update-from` first exports a kernel-tree branch back into the series.
+
+mod build_each;
+mod check;
+mod export;
+
+use crate::kernel::{apply_series, commit_patches, ToCommit};
+use crate::mail::{self, Ident};
+use crate::series::{self, Series};
+use crate::util::{heading, output, Ctx};
+use anyhow::{bail, Context, Result};
+use build_each::build_each;
+use check::{checkpatch, file_checks, PatchCheck};
+use export::export;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct PatchOpts {
+    pub out: PathBuf,
+    /// Export from this kernel-tree branch into linux/series first (developer workflow).
+    pub update_from: Option<String>,
+    /// Apply to a pristine worktree and build after every patch.
+    pub build_each: bool,
+    /// Restrict `--build-each` to these series (their id, e.g. `4-rust-dma-buf`); empty: all.
+    pub only: Vec<String>,
+    /// `Name <mail>` to sign off with, instead of `git config user.name/user.email`.
+    pub signoff: Option<String>,
+}
+
+const BASE: &str = "p2pbuf-base";
+const COVER: &str = "0000-cover-letter.patch";
+
+/// git in the kernel tree. No identity is forced here: whatever these commands write carries
+/// the sender's identity, passed explicitly.
+fn git(ctx: &Ctx) -> Result<Command> {
+    let mut c = Command::new("git");
+    c.current_dir(ctx.ksrc()?)
+        .args(["-c", "core.hooksPath=/dev/null"]);
+    Ok(c)
+}
+
+/// The sender: `--signoff`, else `git config user.name/user.email` of the p2pbuf checkout.
+fn signer(ctx: &Ctx, flag: Option<&str>) -> Result<Ident> {
+    let cfg = |key: &str| {
+        Command::new("git")
+            .current_dir(&ctx.root)
+            .args(["config", "--get", key])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let me = mail::signer(
+        flag,
+        cfg("user.name").as_deref(),
+        cfg("user.email").as_deref(),
+    )?;
+    if me.is_placeholder() {
+        println!(
+            "    \x1b[33mwarning\x1b[0m: {me} is in a domain reserved for examples (RFC 2606): \
+             fine for the lab, but a sign-off that is sent must be an address you read"
+        );
+    }
+    Ok(me)
+}
+
+/// The subject of a stored patch, as `git am` takes it (`[PATCH ...]` stripped, decoded).
+fn stored_subject(ctx: &Ctx, file: &Path) -> Result<String> {
+    let mail = fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let info = output(
+        git(ctx)?
+            .args(["mailinfo", "/dev/null", "/dev/null"])
+            .stdin(mail),
+    )
+    .with_context(|| format!("{}: not a patch mail", file.display()))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Subject: "))
+        .map(str::to_string)
+        .with_context(|| format!("{}: no Subject:", file.display()))
+}
+
+/// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`).
+fn recipients(ctx: &Ctx, range: &str) -> Result<mail::Recipients> {
+    let mbox = output(git(ctx)?.args(["format-patch", "--stdout", "--no-signature", range]))?;
+    let ksrc = ctx.ksrc()?;
+    let out = mail::pipe(
+        Command::new("perl")
+            .current_dir(&ksrc)
+            .arg(ksrc.join("scripts/get_maintainer.pl"))
+            .args(["--no-rolestats", "--no-git", "--no-git-fallback"]),
+        &mbox,
+    )
+    .context("scripts/get_maintainer.pl")?;
+    Ok(mail::parse_get_maintainer(&out))
+}
+
+/// One series, emitted: where, its patch files, who gets it, what the checks found.
+struct Emitted {
+    id: String,
+    dir: PathBuf,
+    deps: Vec<PathBuf>,
+    patches: Vec<PathBuf>,
+    to: usize,
+    cc: usize,
+    checks: Vec<PatchCheck>,
+}
+
+fn patch_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "patch") && !p.ends_with(COVER))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// Emits series `i` into `out/<N>-<name>/` and checks it.
+fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<Emitted> {
+    let s = &all[i];
+    if s.patches.is_empty() {
+        bail!("{} has no patches", s.dir.display());
+    }
+    let needs = series::needs(all, i);
+    let dep_files: Vec<PathBuf> = needs.iter().flat_map(|&j| all[j].patches.clone()).collect();
+    let deps = ToCommit::each(&dep_files, &[]);
+    let dep_commits = commit_patches(ctx, BASE, &deps, Some(me))
+        .with_context(|| format!("{}: its dependencies do not apply to {BASE}", s.id()))?;
+    let under = dep_commits
+        .last()
+        .cloned()
+        .unwrap_or_else(|| BASE.to_string());
+    let trailers = mail::emit_trailers(s.meta.stable, me);
+    let own = ToCommit::each(&s.patches, &trailers);
+    let commits = commit_patches(ctx, &under, &own, Some(me)).with_context(|| {
+        format!(
+            "{} does not apply to {BASE}{}",
+            s.id(),
+            if needs.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " + {}",
+                    needs
+                        .iter()
+                        .map(|&j| all[j].id())
+                        .collect::<Vec<_>>()
+                        .join(" + ")
+                )
+            }
+        )
+    })?;
+    let tip = commits.last().context("no commits")?;
+    let range = format!("{under}..{tip}");
+    let rcpt = recipients(ctx, &range).with_context(|| format!("{}: get_maintainer.pl", s.id()))?;
+    let dir = out.join(s.id());
+    let mut fp = git(ctx)?;
+    fp.args([
+        "format-patch",
+        "-q",
+        "--cover-letter",
+        "--zero-commit",
+        "--no-signature",
+        "--no-signoff",
+        "--numbered",
+        "--default-prefix",
+    ])
+    .arg(format!("--base={BASE}"))
+    .arg(format!("--from={me}"))
+    .arg(format!("--subject-prefix={}", s.prefix()));
+    for t in &rcpt.to {
+        fp.arg(format!("--to={t}"));
+    }
+    for c in &rcpt.cc {
+        fp.arg(format!("--cc={c}"));
+    }
+    output(fp.arg("-o").arg(&dir).arg(&range))?;
+    let cover_src = s.dir.join("cover-letter.txt");
+    let (subject, body) = series::parse_cover(
+        &fs::read_to_string(&cover_src)
+            .with_context(|| format!("cannot read {}", cover_src.display()))?,
+    )
+    .with_context(|| format!("{}", cover_src.display()))?;
+    let cover = dir.join(COVER);
+    let text = fs::read_to_string(&cover)?
+        .replace("*** SUBJECT HERE ***", &subject)
+        .replace("*** BLURB HERE ***", &body);
+    fs::write(&cover, text)?;
+    let patches = patch_files(&dir)?;
+    if patches.len() != commits.len() {
+        bail!(
+            "{}: git format-patch wrote {} patches for {} commits",
+            s.id(),
+            patches.len(),
+            commits.len()
+        );
+    }
+    let ksrc = ctx.ksrc()?;
+    let tmp = out.join(format!(".check-{}", s.id()));
+    let mut checks = Vec::new();
+    for (f, c) in patches.iter().zip(&commits) {
+        let mut pc = PatchCheck {
+            name: crate::util::file_name(f),
+            ..PatchCheck::default()
+        };
+        checkpatch(&ksrc, f, &mut pc)?;
+        let _ = fs::remove_dir_all(&tmp);
+        file_checks(ctx, c, &tmp, &mut pc)?;
+        checks.push(pc);
+    }
+    let _ = fs::remove_dir_all(&tmp);
+    let authors = output(git(ctx)?.args(["log", "--format=%an <%ae>", &range]))?;
+    let mut others: Vec<&str> = authors.lines().filter(|a| *a != me.to_string()).collect();
+    others.sort_unstable();
+    others.dedup();
+    for a in others {
+        println!(
+            "    \x1b[33mwarning\x1b[0m: {}: patches by {a} go out with an in-body From: and \
+             need {a}'s own Signed-off-by before they are sent",
+            s.id()
+        );
+    }
+    Ok(Emitted {
+        id: s.id(),
+        dir,
+        deps: needs
+            .iter()
+            .map(|&j| out.join(all[j].id()))
+            .flat_map(|d| patch_files(&d).unwrap_or_default())
+            .collect(),
+        patches,
+        to: rcpt.to.len(),
+        cc: rcpt.cc.len(),
+        checks,
+    })
+}
+
+/// `cache_lock` is the cache's lock that `main` holds for this run: `--build-each` gives it up
+/// once it only uses its private worktree and build directory.
+pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result<()> {
+    heading("patches: the kernel series, one per tree");
+    let me = signer(ctx, o.signoff.as_deref())?;
+    println!("    signed off by: {me}");
+    let mut all = series::load(&ctx.root)?;
+    if let Some(bad) = o.only.iter().find(|id| !all.iter().any(|s| &s.id() == *id)) {
+        bail!(
+            "--only {bad}: no such series (there are: {})",
+            all.iter().map(Series::id).collect::<Vec<_>>().join(", ")
+        );
+    }
+    if let Some(branch) = &o.update_from {
+        export(ctx, &all, branch, &me)?;
+        all = series::load(&ctx.root)?;
+    }
+    // The lab tree (all series, in order) is also where get_maintainer.pl reads MAINTAINERS.
+    apply_series(ctx)?;
+    let _ = fs::remove_dir_all(&o.out);
+    fs::create_dir_all(&o.out)?;
+    let mut emitted = Vec::new();
+    for i in 0..all.len() {
+        emitted.push(emit(ctx, &all, i, &me, &o.out)?);
+    }
+    println!();
+    println!(
+        "    {:<18} {:>7} {:>14} {:>15} {:>8} {:>4} {:>4}",
+        "series", "patches", "checkpatch E/W", "kernel-doc new", "rustfmt", "To", "Cc"
+    );
+    let mut failures = Vec::new();
+    for e in &emitted {
+        let sum = |f: fn(&PatchCheck) -> usize| e.checks.iter().map(f).sum::<usize>();
+        let unformatted = sum(|c| c.unformatted.len());
+        println!(
+            "    {:<18} {:>7} {:>14} {:>15} {:>8} {:>4} {:>4}",
+            e.id,
+            e.patches.len(),
+            format!("{}/{}", sum(|c| c.errors), sum(|c| c.warnings)),
+            sum(|c| c.kdoc_new),
+            if unformatted == 0 {
+                "clean".to_string()
+            } else {
+                format!("{unformatted} file(s)")
+            },
+            e.to,
+            e.cc
+        );
+        for c in &e.checks {
+            for d in &c.details {
+                println!("        {}/{}: {d}", e.id, c.name);
+            }
+            let mut why = Vec::new();
+            if c.errors > 0 {
+                why.push(format!("{} checkpatch error(s)", c.errors));
+            }
+            if c.kdoc_new > 0 {
+                why.push(format!("{} new kernel-doc warning(s)", c.kdoc_new));
+            }
+            if !c.unformatted.is_empty() {
+                why.push(format!("rustfmt: {}", c.unformatted.join(", ")));
+            }
+            if !why.is_empty() {
+                failures.push(format!("{}/{}: {}", e.id, c.name, why.join("; ")));
+            }
+        }
+    }
+    println!();
+    for e in &emitted {
+        println!(
+            "    send: git send-email {}/*.patch",
+            e.dir.strip_prefix(&ctx.root).unwrap_or(&e.dir).display()
+        );
+    }
+    if o.build_each {
+        let chosen: Vec<&Emitted> = emitted
+            .iter()
+            .filter(|e| o.only.is_empty() || o.only.contains(&e.id))
+            .collect();
+        build_each(ctx, &chosen, cache_lock)?;
+    }
+    let n: usize = emitted.iter().map(|e| e.patches.len()).sum();
+    println!(
+        "    series: {} ({} series, {n} patches, a cover letter each)",
+        o.out.display(),
+        emitted.len()
+    );
+    if !failures.is_empty() {
+        bail!(
+            "the reviewers' checks fail on {} patch(es):\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        );
+    }
+    Ok(())
+}
