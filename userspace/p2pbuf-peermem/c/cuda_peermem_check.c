@@ -201,6 +201,33 @@ static void check_pass_through(struct ibv_pd *pd, void *p, size_t len, const cha
 	check_pass_through_iova(pd, p, len, (uintptr_t)p, what);
 }
 
+/* The instrument itself: ibv_reg_dmabuf_mr called directly (the library does not interpose
+ * it) reaches the stand-in's reg_dmabuf_mr, which records its arguments, and in "no device"
+ * mode fails with that errno. */
+static void check_standin(struct ibv_pd *pd, int fd)
+{
+	struct ibv_mr *mr;
+	int e;
+
+	standin_reset();
+	mr = ibv_reg_dmabuf_mr(pd, 4096, 8192, 0x2000, fd, RW);
+	check(mr && st->dmabuf_calls == 1 && st->reg_mr_calls == 0 && st->offset == 4096 &&
+		      st->length == 8192 && st->iova == 0x2000 && st->fd == fd && st->access == RW &&
+		      !st->is_dmabuf,
+	      "the stand-in: ibv_reg_dmabuf_mr(offset 4096, length 8192, iova 0x2000, fd %d) reaches its reg_dmabuf_mr (offset %" PRIu64 ", length %" PRIu64 ", iova %#" PRIx64 ", fd %" PRId64 ", access %#" PRIx64 ", a memfd: not a dma-buf)",
+	      fd, st->offset, st->length, st->iova, st->fd, st->access);
+	if (mr)
+		ibv_dereg_mr(mr);
+	standin_dmabuf_errno(ENODEV);
+	standin_reset();
+	errno = 0;
+	mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, fd, RW);
+	e = errno;
+	standin_dmabuf_errno(0);
+	check(!mr && e == ENODEV && st->dmabuf_calls == 1,
+	      "the stand-in without a device: ibv_reg_dmabuf_mr fails with errno %d (ENODEV)", e);
+}
+
 /* --host-only: host memory of every kind a program registers, in a process without CUDA and
  * without p2pbuf: each reaches the provider's reg_mr as the caller made it, and the library
  * holds nothing for it. */
@@ -222,6 +249,7 @@ static void check_host_memory(struct ibv_pd *pd, void *heap)
 	if (!check(anon != MAP_FAILED && shared != MAP_FAILED && file != MAP_FAILED,
 		   "anonymous private, anonymous shared and memfd mappings of %zu bytes", big))
 		return;
+	check_standin(pd, mfd);
 	check_pass_through_iova(pd, (char *)heap + 100, 5000, (uintptr_t)heap + 100,
 				"malloc'd memory at an odd offset");
 	check_pass_through_iova(pd, heap, 1 << 20, 0x100000000000ULL, "malloc'd memory, another iova");
