@@ -102,15 +102,18 @@ if [ "$CLI" = 1 ]; then
 	echo "installed $PREFIX/bin/p2pbuf"
 fi
 LIB=$PREFIX/lib/libp2pbuf_peermem.so
-cat <<EOF
+[ "$CLI" = 0 ] || cat <<EOF
 
 Check this node (GPU, driver, dma-buf support, RDMA devices; docs/cluster.md says what each
 failure means):
     $PREFIX/bin/p2pbuf cuda probe
+EOF
+cat <<EOF
+
 Enable the library for one job (unmodified programs that link libibverbs):
     LD_PRELOAD=$LIB your-program
     LD_PRELOAD=$LIB P2PBUF_PEERMEM_DEBUG=1 your-program   # says what it did with each call
-Or for every process on the node (as root; the library passes everything but device memory on
-untouched):
+Or for every process on the node, as root (docs/cluster.md first: every process then carries
+the library's mmap, mprotect and mremap wrappers; all but device memory is passed on untouched):
     echo $LIB >> /etc/ld.so.preload
 EOF
