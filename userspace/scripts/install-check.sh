@@ -3,9 +3,11 @@
 # userspace/scripts/install.sh builds and installs the preload library and the CLI as on a
 # cluster node, against the system's rdma-core headers (Debian's libibverbs-dev,
 # librdmacm-dev) with the system's libclang, with no lab cache (P2PBUF_CACHE is an empty
-# directory, LIBCLANG_PATH unset) into a temporary prefix; then the stand-in provider checker
-# (cuda_peermem_check.c --host-only) runs with the installed library preloaded: no CUDA, no
-# p2pbuf, host memory of every kind must reach the provider's reg_mr as the program passed it.
+# directory, LIBCLANG_PATH unset) into a temporary prefix; Debian's ibv_devices runs with it
+# preloaded (it loads beside bookworm's libibverbs and changes nothing); then the stand-in
+# provider checker (cuda_peermem_check.c --host-only) runs with the installed library preloaded:
+# no CUDA, no p2pbuf, host memory of many kinds must reach the provider's reg_mr as the program
+# passed it.
 #
 # The stand-in provider is built against the lab's rdma-core (`cargo xtask rdma-core`, 65.0):
 # it needs infiniband/driver.h, rdma-core's provider interface, which no Debian package
@@ -75,7 +77,21 @@ rc=$?
 check "p2pbuf cuda probe: exit $rc, $(printf '%s' "$out" | head -1 | cut -c1-120)" \
 	eval '[ $rc = 0 ] || { [ $rc = 69 ] && [[ $out == *"CUDA driver"* ]] && [[ $out != *"without the \`cuda\` feature"* ]]; }'
 
-# 4. The stand-in provider checker, host memory only, with the installed library and without.
+# 4. Debian's own verbs program (ibv_devices, libibverbs 44) with the library preloaded: it
+# loads beside that libibverbs (no ld.so error) and changes nothing (this host has no RDMA
+# device, so both runs say why with the same words and exit status).
+if command -v ibv_devices >/dev/null; then
+	trace=$(LD_PRELOAD="$PREFIX/lib/libp2pbuf_peermem.so" LD_TRACE_LOADED_OBJECTS=1 ibv_devices 2>&1)
+	plain=$(ibv_devices 2>&1; echo "exit $?")
+	pre=$(LD_PRELOAD="$PREFIX/lib/libp2pbuf_peermem.so" ibv_devices 2>&1; echo "exit $?")
+	check "Debian's ibv_devices with the library preloaded: loaded with $(printf '%s\n' "$trace" | awk '/libibverbs/ {print $3}'), the same output and ${plain##*$'\n'} as without" \
+		eval 'grep -Eq "libp2pbuf_peermem\.so \(0x" <<<"$trace" && [[ $trace != *"ERROR: ld.so"* ]] && [ "$pre" = "$plain" ]'
+	[ "$pre" = "$plain" ] || printf '#   without: %s\n#   with:    %s\n' "$plain" "$pre"
+else
+	notok "ibv_devices (ibverbs-utils) is not installed"
+fi
+
+# 5. The stand-in provider checker, host memory only, with the installed library and without.
 CHECKER=$WORK/cuda-peermem-check
 gcc -O2 -g0 -Wall -Wextra -Werror -isystem "$BUILD/include" -I"$STAGE/usr/include" \
 	-o "$CHECKER" "$ROOT/userspace/p2pbuf-peermem/c/cuda_peermem_check.c" \
