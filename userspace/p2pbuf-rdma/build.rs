@@ -17,6 +17,8 @@
 //! Where no headers or no libclang can be found (a fresh machine before `cargo xtask setup`),
 //! the build does not fail: it uses `src/ffi/pregenerated/`, this script's own output for
 //! rdma-core 65.0, and says so in a warning. `P2PBUF_RDMA_REGENERATE=1` refreshes those files.
+//! `P2PBUF_RDMA_REQUIRE_HEADERS=1` makes that a build error instead (`userspace/scripts/install.sh`
+//! sets it, with `P2PBUF_RDMA_ROOT=/`: bindings from the system's headers or no build).
 
 use std::path::{Path, PathBuf};
 
@@ -94,6 +96,7 @@ fn main() {
         "XDG_CACHE_HOME",
         "LIBCLANG_PATH",
         "P2PBUF_RDMA_REGENERATE",
+        "P2PBUF_RDMA_REQUIRE_HEADERS",
     ] {
         println!("cargo::rerun-if-env-changed={v}");
     }
@@ -124,6 +127,11 @@ fn main() {
                 }
             }
             o
+        }
+        Err(why) if std::env::var_os("P2PBUF_RDMA_REQUIRE_HEADERS").is_some_and(|v| v != "0") => {
+            panic!(
+                "p2pbuf-rdma: {why} (P2PBUF_RDMA_REQUIRE_HEADERS is set: no pregenerated bindings)"
+            );
         }
         Err(why) => {
             println!(

@@ -2,8 +2,9 @@
 # Builds what userspace/scripts/peermem-gpu-run.sh needs on a GPU machine that has neither a
 # Rust toolchain nor rdma-core, into one directory:
 #   libp2pbuf_peermem.so     the preload library (cargo build --release -p p2pbuf-peermem)
-#   cuda-peermem-check       userspace/p2pbuf-peermem/c/cuda_peermem_check.c, built against the
-#                            rdma-core of `cargo xtask rdma-core` (its provider interface,
+#   cuda-peermem-check       userspace/p2pbuf-peermem/c/cuda_peermem_check.c with the stand-in
+#                            provider standin_provider.c linked in, built against the rdma-core
+#                            of `cargo xtask rdma-core` (its provider interface,
 #                            infiniband/driver.h, from the build tree)
 #   lib/                     that rdma-core's libibverbs.so.1 and the libnl it needs
 #   peermem-gpu-run.sh       the run script
@@ -26,6 +27,7 @@ mkdir -p "$OUT/lib"
 cp "$TARGET/release/libp2pbuf_peermem.so" "$OUT/"
 gcc -O2 -g0 -Wall -Wextra -Werror -isystem "$BUILD/include" -I"$STAGE/usr/include" \
 	-o "$OUT/cuda-peermem-check" userspace/p2pbuf-peermem/c/cuda_peermem_check.c \
+	userspace/p2pbuf-peermem/c/standin_provider.c \
 	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
 gcc -O2 -g0 -Wall -Wextra -Werror -shared -fPIC -isystem "$BUILD/include" -I"$STAGE/usr/include" \
 	-o "$OUT/libstandin-provider.so" userspace/p2pbuf-peermem/c/standin_provider.c \

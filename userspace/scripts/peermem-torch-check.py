@@ -30,7 +30,7 @@ EINVAL = 22
 
 
 class Record(ctypes.Structure):
-    """struct standin_record (standin_provider.c)."""
+    """struct standin_record (standin_provider.h)."""
 
     _fields_ = [
         ("reg_mr_calls", ctypes.c_uint64),
@@ -43,6 +43,7 @@ class Record(ctypes.Structure):
         ("is_dmabuf", ctypes.c_uint64),
         ("dmabuf_size", ctypes.c_uint64),
         ("exp_name", ctypes.c_char * 64),
+        ("access", ctypes.c_uint64),
     ]
 
 

@@ -45,6 +45,8 @@ pub const DEB_PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "libibverbs-dev",
     "librdmacm-dev",
+    // bindgen's libclang for userspace/scripts/install.sh (a cluster node's build: no cache).
+    "libclang1-14",
     "perftest",
     "jq",
 ];

@@ -56,6 +56,18 @@ pub fn host_tests(ctx: &Ctx) -> Result<()> {
     if !st.success() {
         bail!("host-side unit tests failed (cargo test --workspace)");
     }
+    // Issue 29 item 5: the preload library and the CLI as a cluster node installs them
+    // (system rdma-core headers, no lab cache), then the stand-in provider checker on host
+    // memory with that library preloaded.
+    heading("host: install.sh against the system's rdma-core, stand-in provider checker");
+    let mut check = Command::new("bash");
+    check
+        .current_dir(&ctx.root)
+        .arg("userspace/scripts/install-check.sh");
+    ctx.cargo_env(&mut check);
+    if !check.status()?.success() {
+        bail!("userspace/scripts/install-check.sh failed (the preload library built against the system's rdma-core)");
+    }
     Ok(())
 }
 

@@ -21,6 +21,8 @@
  *   cuda-peermem-check --no-preload       (the same calls without the library)
  *   ... --time-host N                     (and the cost of N host registrations)
  *   ... --vmm-only                        (only the CUDA VMM and pool memory checks)
+ *   ... --host-only                       (host memory only, CUDA not loaded even if present:
+ *                                          what CI runs on the build host, without a GPU)
  *
  * Output is TAP; exit status 0 if every check passed.
  */
@@ -45,8 +47,7 @@
 #include <infiniband/driver.h>
 #include <infiniband/verbs.h>
 #include "check_util.h"
-
-#define DMA_BUF_MAGIC 0x444d4142
+#include "standin_provider.h"
 
 /* struct procmap_query (include/uapi/linux/fs.h, Linux 6.11). */
 struct pmq {
@@ -59,6 +60,8 @@ struct pmq {
 
 /* ---- TAP ---- */
 static int tests, failures;
+
+static bool check(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static bool check(bool cond, const char *fmt, ...)
 {
@@ -89,7 +92,8 @@ static void capture_begin(void)
 	dup2(fileno(cap), 2);
 }
 
-static const char *capture_end(void)
+/* What was captured (its first 16 KiB), not shown. */
+static const char *capture_end_quiet(void)
 {
 	size_t n;
 
@@ -100,6 +104,12 @@ static const char *capture_end(void)
 	n = fread(captured, 1, sizeof(captured) - 1, cap);
 	captured[n] = 0;
 	fclose(cap);
+	return captured;
+}
+
+static const char *capture_end(void)
+{
+	capture_end_quiet();
 	/* Show it, as a TAP comment per line. */
 	for (char *l = captured, *nl; *l; l = nl + 1) {
 		nl = strchr(l, '\n');
@@ -110,108 +120,8 @@ static const char *capture_end(void)
 	return captured;
 }
 
-/* ---- the stand-in provider ---- */
-static struct {
-	int reg_mr_calls, dmabuf_calls;
-	void *addr;
-	uint64_t offset, iova;
-	size_t length;
-	int fd, access;
-	bool is_dmabuf;
-	char exp_name[64];
-	unsigned long long dmabuf_size;
-} st;
-static int standin_errno; /* 0: accept */
-static uint32_t next_key = 0x100;
-
-static void standin_reset(void)
-{
-	memset(&st, 0, sizeof(st));
-	st.fd = -1;
-}
-
-static struct ibv_pd *s_alloc_pd(struct ibv_context *ctx)
-{
-	(void)ctx;
-	return calloc(1, sizeof(struct ibv_pd));
-}
-
-static int s_dealloc_pd(struct ibv_pd *pd)
-{
-	free(pd);
-	return 0;
-}
-
-static struct ibv_mr *new_mr(enum ibv_mr_type type, int access)
-{
-	struct verbs_mr *vmr = calloc(1, sizeof(*vmr));
-
-	vmr->mr_type = type;
-	vmr->access = access;
-	vmr->ibv_mr.lkey = next_key;
-	vmr->ibv_mr.rkey = next_key++;
-	return &vmr->ibv_mr;
-}
-
-/* What every registration stub records. */
-static void note_reg(size_t length, uint64_t iova, int access)
-{
-	st.length = length;
-	st.iova = iova;
-	st.access = access;
-}
-
-static struct ibv_mr *s_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
-			       int access)
-{
-	(void)pd;
-	st.reg_mr_calls++;
-	st.addr = addr;
-	note_reg(length, hca_va, access);
-	return new_mr(IBV_MR_TYPE_MR, access);
-}
-
-static struct ibv_mr *s_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
-				      uint64_t iova, int fd, int access)
-{
-	struct statfs sf;
-	char path[64], line[256];
-	FILE *f;
-
-	(void)pd;
-	st.dmabuf_calls++;
-	st.offset = offset;
-	st.fd = fd;
-	note_reg(length, iova, access);
-	st.is_dmabuf = fstatfs(fd, &sf) == 0 && (unsigned long)sf.f_type == DMA_BUF_MAGIC;
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-	f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		sscanf(line, "exp_name: %63s", st.exp_name);
-		sscanf(line, "size: %llu", &st.dmabuf_size);
-	}
-	if (f)
-		fclose(f);
-	if (standin_errno) {
-		errno = standin_errno;
-		return NULL;
-	}
-	return new_mr(IBV_MR_TYPE_DMABUF_MR, access);
-}
-
-static int s_dereg_mr(struct verbs_mr *vmr)
-{
-	free(vmr);
-	return 0;
-}
-
-static const struct verbs_context_ops standin_ops = {
-	.alloc_pd = s_alloc_pd,
-	.dealloc_pd = s_dealloc_pd,
-	.reg_mr = s_reg_mr,
-	.reg_dmabuf_mr = s_reg_dmabuf_mr,
-	.dereg_mr = s_dereg_mr,
-};
+/* ---- the stand-in provider (standin_provider.c): what reached its reg_mr/reg_dmabuf_mr ---- */
+static const struct standin_record *st;
 
 /* ---- CUDA, loaded at run time ---- */
 typedef int CUresult;
@@ -256,21 +166,137 @@ static bool load_cuda(void)
 static volatile int runtime_access = RW | IBV_ACCESS_RELAXED_ORDERING | (1 << 21);
 static bool preload = true;
 
-/* A registration of host-side memory must reach the provider's reg_mr untouched. */
-static void check_pass_through(struct ibv_pd *pd, void *p, size_t len, const char *what)
+/* With P2PBUF_PEERMEM_DEBUG set, the library says what it did with each call. */
+static bool library_talks(void)
+{
+	const char *d = getenv("P2PBUF_PEERMEM_DEBUG");
+
+	return preload && d && *d && strcmp(d, "0");
+}
+
+/* A registration of host-side memory must reach the provider's reg_mr untouched: the address,
+ * length, iova (the address, or the caller's) and access flags as the caller gave them. */
+static void check_pass_through_iova(struct ibv_pd *pd, void *p, size_t len, uint64_t iova,
+				    const char *what)
 {
 	struct ibv_mr *mr;
+	const char *msg;
 
 	standin_reset();
 	capture_begin();
-	mr = ibv_reg_mr(pd, p, len, RW);
-	capture_end();
-	check(mr && st.reg_mr_calls == 1 && st.dmabuf_calls == 0 && st.addr == p &&
-		      st.length == len && st.iova == (uintptr_t)p && mr->addr == p,
-	      "%s: ibv_reg_mr passes through to the provider's reg_mr (reg_mr %d, reg_dmabuf_mr %d)",
-	      what, st.reg_mr_calls, st.dmabuf_calls);
+	mr = iova == (uintptr_t)p ? ibv_reg_mr(pd, p, len, RW) : ibv_reg_mr_iova(pd, p, len, iova, RW);
+	msg = capture_end();
+	check(mr && st->reg_mr_calls == 1 && st->dmabuf_calls == 0 && st->addr == (uintptr_t)p &&
+		      st->length == len && st->iova == iova && st->access == RW && mr->addr == p &&
+		      (!library_talks() || strstr(msg, "passing to the real function")),
+	      "%s: %s(%p, %zu) passes through to the provider's reg_mr unchanged (reg_mr %" PRIu64 ", reg_dmabuf_mr %" PRIu64 "; it got addr %#" PRIx64 ", length %" PRIu64 ", iova %#" PRIx64 ", access %#" PRIx64 ")",
+	      what, iova == (uintptr_t)p ? "ibv_reg_mr" : "ibv_reg_mr_iova", p, len, st->reg_mr_calls,
+	      st->dmabuf_calls, st->addr, st->length, st->iova, st->access);
+	if (mr)
+		check(ibv_dereg_mr(mr) == 0, "%s: ibv_dereg_mr", what);
+}
+
+static void check_pass_through(struct ibv_pd *pd, void *p, size_t len, const char *what)
+{
+	check_pass_through_iova(pd, p, len, (uintptr_t)p, what);
+}
+
+/* The instrument itself: ibv_reg_dmabuf_mr called directly (the library does not interpose
+ * it) reaches the stand-in's reg_dmabuf_mr, which records its arguments, and in "no device"
+ * mode fails with that errno. */
+static void check_standin(struct ibv_pd *pd, int fd)
+{
+	struct ibv_mr *mr;
+	int e;
+
+	standin_reset();
+	mr = ibv_reg_dmabuf_mr(pd, 4096, 8192, 0x2000, fd, RW);
+	check(mr && st->dmabuf_calls == 1 && st->reg_mr_calls == 0 && st->offset == 4096 &&
+		      st->length == 8192 && st->iova == 0x2000 && st->fd == fd && st->access == RW &&
+		      !st->is_dmabuf,
+	      "the stand-in: ibv_reg_dmabuf_mr(offset 4096, length 8192, iova 0x2000, fd %d) reaches its reg_dmabuf_mr (offset %" PRIu64 ", length %" PRIu64 ", iova %#" PRIx64 ", fd %" PRId64 ", access %#" PRIx64 ", a memfd: not a dma-buf)",
+	      fd, st->offset, st->length, st->iova, st->fd, st->access);
 	if (mr)
 		ibv_dereg_mr(mr);
+	standin_dmabuf_errno(ENODEV);
+	standin_reset();
+	errno = 0;
+	mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, fd, RW);
+	e = errno;
+	standin_dmabuf_errno(0);
+	check(!mr && e == ENODEV && st->dmabuf_calls == 1,
+	      "the stand-in without a device: ibv_reg_dmabuf_mr fails with errno %d (ENODEV)", e);
+}
+
+/* --host-only: host memory of every kind a program registers, in a process without CUDA and
+ * without p2pbuf: each reaches the provider's reg_mr as the caller made it, and the library
+ * holds nothing for it. */
+static void check_host_memory(struct ibv_pd *pd, void *heap)
+{
+	char stack[8192];
+	size_t big = 4 << 20;
+	void *anon = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *shared = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int mfd = memfd_create("p2pbuf-host-check", MFD_CLOEXEC);
+	void *file = MAP_FAILED;
+	struct ibv_mr *mr;
+	int base, e;
+
+	printf("# --- host memory (no CUDA, no p2pbuf)\n");
+	memset(stack, 1, sizeof(stack));
+	if (mfd >= 0 && ftruncate(mfd, big) == 0)
+		file = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (!check(anon != MAP_FAILED && shared != MAP_FAILED && file != MAP_FAILED,
+		   "anonymous private, anonymous shared and memfd mappings of %zu bytes", big))
+		return;
+	check_standin(pd, mfd);
+	check_pass_through_iova(pd, (char *)heap + 100, 5000, (uintptr_t)heap + 100,
+				"malloc'd memory at an odd offset");
+	check_pass_through_iova(pd, heap, 1 << 20, 0x100000000000ULL, "malloc'd memory, another iova");
+	check_pass_through(pd, stack, sizeof(stack), "the stack");
+	check_pass_through(pd, anon, big, "an anonymous private mapping");
+	check_pass_through(pd, (char *)anon + 4096, 8192, "the same mapping again (the library's fast path)");
+	check_pass_through(pd, shared, big, "an anonymous shared mapping");
+	check_pass_through(pd, file, big, "a memfd mapping (a file, MAP_SHARED)");
+	check_pass_through(pd, (char *)anon + big - 4096, 4096, "the last page of a mapping");
+
+	/* Run-time access flags compile to ibv_reg_mr_iova2; libibverbs drops the optional ones
+	 * for a device that does not claim optional-access support (the stand-in does not). */
+	standin_reset();
+	capture_begin();
+	mr = ibv_reg_mr(pd, anon, 4096, runtime_access);
+	capture_end();
+	check(mr && st->reg_mr_calls == 1 && st->dmabuf_calls == 0 && st->addr == (uintptr_t)anon &&
+		      st->access == RW,
+	      "ibv_reg_mr with run-time access flags (ibv_reg_mr_iova2): reg_mr with access %#" PRIx64,
+	      st->access);
+	if (mr)
+		ibv_dereg_mr(mr);
+
+	/* A read-only mapping with writable access: the provider decides (a real one says
+	 * EFAULT); the library must not. */
+	mprotect(anon, 4096, PROT_READ);
+	check_pass_through(pd, anon, 4096, "a read-only page, writable access");
+	mprotect(anon, 4096, PROT_READ | PROT_WRITE);
+
+	/* No fd or memory held per registration: 1000 registrations and deregistrations. */
+	base = count_fds();
+	e = 0;
+	standin_reset();
+	capture_begin();
+	for (int i = 0; i < 1000 && !e; i++) {
+		mr = ibv_reg_mr(pd, (char *)anon + (i % 512) * 4096, 4096, RW);
+		e = !mr || ibv_dereg_mr(mr);
+	}
+	capture_end_quiet();
+	e = e || st->reg_mr_calls != 1000 || st->dmabuf_calls;
+	check(!e && count_fds() == base,
+	      "1000 ibv_reg_mr + ibv_dereg_mr of host pages: all passed through, open fds %d after, %d before",
+	      count_fds(), base);
+	munmap(anon, big);
+	munmap(shared, big);
+	munmap(file, big);
+	close(mfd);
 }
 
 static void check_device_size(struct ibv_pd *pd, size_t size)
@@ -297,7 +323,7 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	       d % (2 << 20) ? "not 2 MiB aligned" : "2 MiB aligned");
 
 	/* 1. The whole allocation, accepted by the stand-in. */
-	standin_errno = 0;
+	standin_dmabuf_errno(0);
 	standin_reset();
 	capture_begin();
 	t0 = now_us();
@@ -305,26 +331,26 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	t_reg = now_us() - t0;
 	msg = capture_end();
 	if (!preload) {
-		check(mr && st.reg_mr_calls == 1 && st.dmabuf_calls == 0,
-		      "without the library the device pointer goes to the provider's reg_mr as user memory (reg_mr %d, reg_dmabuf_mr %d)",
-		      st.reg_mr_calls, st.dmabuf_calls);
+		check(mr && st->reg_mr_calls == 1 && st->dmabuf_calls == 0,
+		      "without the library the device pointer goes to the provider's reg_mr as user memory (reg_mr %" PRIu64 ", reg_dmabuf_mr %" PRIu64 ")",
+		      st->reg_mr_calls, st->dmabuf_calls);
 		if (mr)
 			ibv_dereg_mr(mr);
 		cuMemFree(d);
 		return;
 	}
-	fd1 = st.fd;
+	fd1 = st->fd;
 	check(mr != NULL, "ibv_reg_mr(device pointer, %zu) registered in %.0f us (pointer detection, export, registration)",
 	      size, t_reg);
-	check(st.dmabuf_calls == 1 && st.reg_mr_calls == 0,
-	      "it reached ibv_reg_dmabuf_mr, not reg_mr (reg_dmabuf_mr %d, reg_mr %d)",
-	      st.dmabuf_calls, st.reg_mr_calls);
-	check(st.is_dmabuf && !strcmp(st.exp_name, "nv_dmabuf") && st.dmabuf_size == exp_len,
-	      "the fd is a dma-buf (magic %s), exporter %s, %llu bytes (export of %" PRIu64 ")",
-	      st.is_dmabuf ? "DMA_BUF_MAGIC" : "wrong", st.exp_name, st.dmabuf_size, exp_len);
-	check(st.offset == d - exp_start && st.length == size && st.iova == d && st.access == RW,
-	      "offset %#" PRIx64 " (want %#" PRIx64 "), length %zu, iova %#" PRIx64 " = the pointer, access %#x",
-	      st.offset, d - exp_start, st.length, st.iova, st.access);
+	check(st->dmabuf_calls == 1 && st->reg_mr_calls == 0,
+	      "it reached ibv_reg_dmabuf_mr, not reg_mr (reg_dmabuf_mr %" PRIu64 ", reg_mr %" PRIu64 ")",
+	      st->dmabuf_calls, st->reg_mr_calls);
+	check(st->is_dmabuf && !strcmp(st->exp_name, "nv_dmabuf") && st->dmabuf_size == exp_len,
+	      "the fd is a dma-buf (magic %s), exporter %s, %" PRIu64 " bytes (export of %" PRIu64 ")",
+	      st->is_dmabuf ? "DMA_BUF_MAGIC" : "wrong", st->exp_name, st->dmabuf_size, exp_len);
+	check(st->offset == d - exp_start && st->length == size && st->iova == d && st->access == RW,
+	      "offset %#" PRIx64 " (want %#" PRIx64 "), length %zu, iova %#" PRIx64 " = the pointer, access %#" PRIx64,
+	      st->offset, d - exp_start, st->length, st->iova, st->access);
 	check(mr && mr->addr == (void *)(uintptr_t)d && mr->length == size,
 	      "mr->addr is the device pointer and mr->length the size (as ibv_reg_mr reports)");
 	check(count_fds() == base + 1, "one fd held for the allocation (%d open, %d before)",
@@ -345,10 +371,10 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 			      0x100000000000ULL + (sub & 4095), RW);
 	t_reg2 = now_us() - t0;
 	msg = capture_end();
-	check(mr2 && st.dmabuf_calls == 1 && st.fd == fd1 && st.offset == sub - exp_start &&
-		      st.length == sublen && st.iova == 0x100000000000ULL + (sub & 4095),
-	      "ibv_reg_mr_iova of [+%#" PRIx64 ", %" PRIu64 ") with another iova: the cached fd %d (got %d), offset %#" PRIx64 ", iova %#" PRIx64 ", %.0f us",
-	      sub - d, sublen, fd1, st.fd, st.offset, st.iova, t_reg2);
+	check(mr2 && st->dmabuf_calls == 1 && st->fd == fd1 && st->offset == sub - exp_start &&
+		      st->length == sublen && st->iova == 0x100000000000ULL + (sub & 4095),
+	      "ibv_reg_mr_iova of [+%#" PRIx64 ", %" PRIu64 ") with another iova: the cached fd %d (got %" PRId64 "), offset %#" PRIx64 ", iova %#" PRIx64 ", %.0f us",
+	      sub - d, sublen, fd1, st->fd, st->offset, st->iova, t_reg2);
 	check(strstr(msg, "cached fd") != NULL, "the library says it used the cached fd");
 	check(count_fds() == base + 1, "still one fd for two regions (%d open)", count_fds());
 
@@ -366,7 +392,7 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	      base);
 
 	/* 4. The stand-in without a device: ibv_reg_dmabuf_mr fails with ENODEV, passed on. */
-	standin_errno = ENODEV;
+	standin_dmabuf_errno(ENODEV);
 	standin_reset();
 	capture_begin();
 	errno = 0;
@@ -374,13 +400,13 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	e = errno;
 	msg = capture_end();
 	snprintf(want, sizeof(want),
-		 "offset 0x%" PRIx64 ", length %zu, iova 0x%" PRIx64 ", fd %d, access LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ) failed: No such device (errno 19); closed fd",
-		 d - exp_start, size, d, st.fd);
-	check(!mr && e == ENODEV && st.dmabuf_calls == 1 && strstr(msg, want) &&
+		 "offset 0x%" PRIx64 ", length %zu, iova 0x%" PRIx64 ", fd %" PRId64 ", access LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ) failed: No such device (errno 19); closed fd",
+		 d - exp_start, size, d, st->fd);
+	check(!mr && e == ENODEV && st->dmabuf_calls == 1 && strstr(msg, want) &&
 		      count_fds() == base,
 	      "provider without a device: NULL, errno %d (ENODEV), the message has \"%s\", the export closed",
 	      e, want);
-	standin_errno = 0;
+	standin_dmabuf_errno(0);
 
 	/* 5. No device context at all: the library stops before ibv_reg_dmabuf_mr. */
 	standin_reset();
@@ -389,7 +415,7 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	mr = ibv_reg_mr(&nopd, (void *)(uintptr_t)d, size, RW);
 	e = errno;
 	msg = capture_end();
-	check(!mr && e == EINVAL && st.dmabuf_calls == 0 &&
+	check(!mr && e == EINVAL && st->dmabuf_calls == 0 &&
 		      strstr(msg, "not calling ibv_reg_dmabuf_mr: the protection domain has no device context (pd->context is NULL): Invalid argument (errno 22)") &&
 		      strstr(msg, "nv_dmabuf dma-buf of") && count_fds() == base,
 	      "a protection domain without a context: NULL, errno %d (EINVAL) after the export, the exact message, the export closed",
@@ -400,7 +426,7 @@ static void check_device_size(struct ibv_pd *pd, size_t size)
 	capture_begin();
 	mr = ibv_reg_mr(pd, (void *)(uintptr_t)(d + size - 4096), 8192, RW);
 	msg = capture_end();
-	check(mr && st.reg_mr_calls == 1 && st.dmabuf_calls == 0 &&
+	check(mr && st->reg_mr_calls == 1 && st->dmabuf_calls == 0 &&
 		      strstr(msg, "runs past its allocation"),
 	      "a range past the allocation's end goes to the real ibv_reg_mr");
 	if (mr)
@@ -429,7 +455,7 @@ static void *thread_reg(void *arg)
 	t->mr = ibv_reg_mr(t->pd, (void *)(uintptr_t)t->d, t->size, RW);
 	t->err = errno;
 	capture_end();
-	t->dmabuf_calls = st.dmabuf_calls;
+	t->dmabuf_calls = st->dmabuf_calls;
 	if (t->mr)
 		ibv_dereg_mr(t->mr);
 	return NULL;
@@ -464,7 +490,7 @@ static void check_reused_address(struct ibv_pd *pd)
 		return;
 	standin_reset();
 	ma = ibv_reg_mr(pd, (void *)(uintptr_t)a, 2 << 20, RW);
-	fa = st.fd;
+	fa = st->fd;
 	cuMemFree(a);
 	if (!check(cuMemAlloc(&b, 2 << 20) == 0, "cuMemAlloc(2 MiB) again"))
 		return;
@@ -474,9 +500,9 @@ static void check_reused_address(struct ibv_pd *pd)
 	capture_begin();
 	mb = ibv_reg_mr(pd, (void *)(uintptr_t)b, 2 << 20, RW);
 	capture_end();
-	check(ma && mb && st.dmabuf_calls == 1 && st.fd != fa && count_fds() == base + 2,
-	      "the new allocation gets its own export (fd %d, the freed one's is %d), not the cached fd",
-	      st.fd, fa);
+	check(ma && mb && st->dmabuf_calls == 1 && st->fd != fa && count_fds() == base + 2,
+	      "the new allocation gets its own export (fd %" PRId64 ", the freed one's is %d), not the cached fd",
+	      st->fd, fa);
 	if (ma)
 		ibv_dereg_mr(ma);
 	if (mb)
@@ -627,13 +653,13 @@ static struct ibv_mr *vmm_reg_in(struct ibv_pd *pd, CUdeviceptr p, size_t len, C
 	e = errno;
 	capture_end();
 	cuCtxGetCurrent(&after);
-	check(mr && st.dmabuf_calls == 1 && st.reg_mr_calls == 0 && st.is_dmabuf &&
-		      st.dmabuf_size == ms && st.offset == p - mb && st.length == len &&
-		      st.iova == p && mr->addr == (void *)(uintptr_t)p && before == after,
-	      "%s: [%#" PRIx64 ", +%zu) reached ibv_reg_dmabuf_mr with fd %d of %llu bytes at offset %#" PRIx64
+	check(mr && st->dmabuf_calls == 1 && st->reg_mr_calls == 0 && st->is_dmabuf &&
+		      st->dmabuf_size == ms && st->offset == p - mb && st->length == len &&
+		      st->iova == p && mr->addr == (void *)(uintptr_t)p && before == after,
+	      "%s: [%#" PRIx64 ", +%zu) reached ibv_reg_dmabuf_mr with fd %" PRId64 " of %" PRIu64 " bytes at offset %#" PRIx64
 	      "; the mapping (cuMemGetAddressRange) is %#" PRIx64 "+%zu, offset %#" PRIx64
 	      "; current context %s (errno %d, %.0f us)",
-	      what, p, len, st.fd, st.dmabuf_size, st.offset, mb, ms, p - mb,
+	      what, p, len, st->fd, st->dmabuf_size, st->offset, mb, ms, p - mb,
 	      before == after ? "unchanged" : "CHANGED", mr ? 0 : e, t);
 	return mr;
 }
@@ -681,9 +707,9 @@ static void vmm_partly_mapped(struct ibv_pd *pd)
 	mr = ibv_reg_mr(pd, (void *)(uintptr_t)p, 4096, RW);
 	e = errno;
 	msg = capture_end();
-	check(st.dmabuf_calls == 0 &&
+	check(st->dmabuf_calls == 0 &&
 		      ((!mr && e == EFAULT && strstr(msg, "not in a mapping")) ||
-		       (mr && st.reg_mr_calls == 1)),
+		       (mr && st->reg_mr_calls == 1)),
 	      "4 KiB in the unmapped chunk 5: no export; %s (errno %d)",
 	      mr ? "passed to the provider's reg_mr as memory CUDA does not report (a kernel fails it: nothing is mapped there)" :
 		   "refused with EFAULT by the library", mr ? 0 : e);
@@ -712,13 +738,13 @@ static void vmm_growing(struct ibv_pd *pd)
 	for (i = 0; i < N && vmm_map(res + i * gran, gran, &h[i]); i++, mapped++) {
 		snprintf(what, sizeof(what), "growing pool, chunk %d of %d just mapped", i + 1, N);
 		mr[i] = vmm_reg(pd, res + i * gran + gran / 2, 65536, what);
-		fds[i] = st.fd;
+		fds[i] = st->fd;
 	}
 	check(mapped == N && count_fds() == base + N, "%d chunks mapped, %d exports held (%d fds, %d before)",
 	      mapped, N, count_fds(), base);
 	again = vmm_reg(pd, res + 8192, 4096, "growing pool, chunk 1 again");
-	check(again && st.fd == fds[0], "the second region in chunk 1 uses its cached export (fd %d, first %d)",
-	      st.fd, fds[0]);
+	check(again && st->fd == fds[0], "the second region in chunk 1 uses its cached export (fd %" PRId64 ", first %d)",
+	      st->fd, fds[0]);
 	dereg(again);
 	for (i = 0; i < mapped; i++) {
 		dereg(mr[i]);
@@ -742,15 +768,15 @@ static void vmm_remapped(struct ibv_pd *pd)
 		return;
 	vmm_describe(res, "first allocation");
 	m1 = vmm_reg(pd, res + 4096, 4096, "remap, before");
-	f1 = st.fd;
+	f1 = st->fd;
 	vmm_unmap(res, gran, h1);
 	if (!check(vmm_map(res, 2 * gran, &h2), "unmap and release chunk 0; map a new allocation of 2 chunks at the same address"))
 		return;
 	vmm_describe(res, "second allocation");
 	m2 = vmm_reg(pd, res + 4096, 4096, "remap, after");
-	check(m2 && st.fd != f1 && st.dmabuf_size == 2 * gran && count_fds() == base + 2,
-	      "the new allocation gets its own export (fd %d of %llu bytes; the old one's is fd %d), not the cached fd",
-	      st.fd, st.dmabuf_size, f1);
+	check(m2 && st->fd != f1 && st->dmabuf_size == 2 * gran && count_fds() == base + 2,
+	      "the new allocation gets its own export (fd %" PRId64 " of %" PRIu64 " bytes; the old one's is fd %d), not the cached fd",
+	      st->fd, st->dmabuf_size, f1);
 	dereg(m1);
 	dereg(m2);
 	check(count_fds() == base, "both exports closed (%d fds)", count_fds());
@@ -814,7 +840,7 @@ static void vmm_spanning(struct ibv_pd *pd)
 	mr = ibv_reg_mr(pd, (void *)(uintptr_t)(res + gran - 4096), 8192, RW);
 	e = errno;
 	msg = capture_end();
-	check(!mr && e == EINVAL && st.dmabuf_calls == 0 && st.reg_mr_calls == 0 &&
+	check(!mr && e == EINVAL && st->dmabuf_calls == 0 && st->reg_mr_calls == 0 &&
 		      strstr(msg, "register each mapping separately"),
 	      "8 KiB over the end of chunk 0 into chunk 1: refused, errno %d (EINVAL), the message says to register each mapping separately",
 	      mr ? 0 : e);
@@ -842,8 +868,8 @@ static void vmm_neighbour(struct ibv_pd *pd)
 		   b >> 20))
 		return;
 	mr = vmm_reg(pd, res + a - 4096, 4096, "4 KiB at the end of A");
-	check(mr && st.dmabuf_size == a, "the export is A's mapping (%llu bytes), not the reservation (%zu)",
-	      st.dmabuf_size, a + b);
+	check(mr && st->dmabuf_size == a, "the export is A's mapping (%" PRIu64 " bytes), not the reservation (%zu)",
+	      st->dmabuf_size, a + b);
 	cuMemGetInfo(&free0, &total);
 	vmm_unmap(res + a, b, hb);
 	cuMemGetInfo(&free1, &total);
@@ -873,11 +899,11 @@ static void pool_memory(struct ibv_pd *pd)
 	capture_begin();
 	mr = ibv_reg_mr(pd, (void *)(uintptr_t)(p + 4096), 8192, RW);
 	capture_end();
-	check(mr && st.dmabuf_calls == 1 &&
-		      st.dmabuf_size == ((rs + rsz + 4095) & ~4095ULL) - start &&
-		      st.offset == p + 4096 - start,
-	      "pool memory: an export of RANGE_START/RANGE_SIZE widened to pages (%llu bytes, offset %#" PRIx64 ")",
-	      st.dmabuf_size, st.offset);
+	check(mr && st->dmabuf_calls == 1 &&
+		      st->dmabuf_size == ((rs + rsz + 4095) & ~4095ULL) - start &&
+		      st->offset == p + 4096 - start,
+	      "pool memory: an export of RANGE_START/RANGE_SIZE widened to pages (%" PRIu64 " bytes, offset %#" PRIx64 ")",
+	      st->dmabuf_size, st->offset);
 	dereg(mr);
 	cuMemFreeAsync(p, NULL);
 	cuStreamSynchronize(NULL);
@@ -1106,23 +1132,16 @@ static void time_host_memory(struct ibv_pd *pd, void *host, int reps)
 	time_steps(host, batches);
 }
 
-/* The stand-in's context, laid out as a provider's (mlx5_context, rxe_context, ...). */
-struct standin_context {
-	struct verbs_context ibv_ctx;
-};
-
 int main(int argc, char **argv)
 {
-	struct verbs_device *vdev = calloc(1, sizeof(*vdev));
-	struct standin_context *sctx;
-	struct verbs_context *vctx;
+	struct ibv_context *ctx;
 	struct ibv_device **list;
 	struct ibv_pd *pd;
 	struct ibv_mr *mr;
 	Dl_info info;
 	double max_gib = 64;
 	int n, devs, time_host = 0;
-	bool vmm_only = false;
+	bool vmm_only = false, host_only = false;
 	void *host;
 
 	for (int i = 1; i < argc; i++) {
@@ -1132,10 +1151,12 @@ int main(int argc, char **argv)
 			max_gib = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--vmm-only"))
 			vmm_only = true;
+		else if (!strcmp(argv[i], "--host-only"))
+			host_only = true;
 		else if (!strcmp(argv[i], "--time-host") && i + 1 < argc)
 			time_host = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: cuda-peermem-check [--no-preload] [--max-gib N] [--time-host N] [--vmm-only]\n");
+			fprintf(stderr, "usage: cuda-peermem-check [--no-preload] [--max-gib N] [--time-host N] [--vmm-only | --host-only]\n");
 			return 2;
 		}
 	}
@@ -1152,15 +1173,12 @@ int main(int argc, char **argv)
 		ibv_free_device_list(list);
 
 	/* The stand-in provider's context, as a provider's alloc_context makes one. */
-	atomic_init(&vdev->refcount, 1); /* ours: never released to a provider's uninit */
-	snprintf(vdev->device.name, sizeof(vdev->device.name), "standin0");
-	sctx = verbs_init_and_alloc_context(&vdev->device, -1, sctx, ibv_ctx, 0);
-	if (!sctx)
+	ctx = standin_open();
+	if (!ctx)
 		return 2;
-	vctx = &sctx->ibv_ctx;
-	verbs_set_ops(vctx, &standin_ops);
-	pd = ibv_alloc_pd(&vctx->context);
-	check(pd && pd->context == &vctx->context, "ibv_alloc_pd on the stand-in context");
+	st = standin_rec();
+	pd = ibv_alloc_pd(ctx);
+	check(pd && pd->context == ctx, "ibv_alloc_pd on the stand-in context");
 	if (!pd)
 		return 1;
 
@@ -1168,7 +1186,11 @@ int main(int argc, char **argv)
 	host = malloc(1 << 20);
 	check_pass_through(pd, host, 1 << 20, "malloc'd host memory");
 
-	if (!load_cuda()) {
+	if (host_only) {
+		check_host_memory(pd, host);
+		check(!dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD),
+		      "libcuda.so.1 was never loaded (the library does not load it)");
+	} else if (!load_cuda()) {
 		printf("# no libcuda.so.1 here: the CUDA checks are not run\n");
 	} else {
 		char name[128] = "";
@@ -1218,11 +1240,11 @@ int main(int argc, char **argv)
 			capture_begin();
 			mr = ibv_reg_mr(pd, (void *)(uintptr_t)small, 2 << 20, runtime_access);
 			capture_end();
-			check(mr && st.dmabuf_calls == 1 &&
-				      st.access == (RW | IBV_ACCESS_RELAXED_ORDERING) &&
-				      st.iova == small,
-			      "ibv_reg_mr with run-time access flags (ibv_reg_mr_iova2): access %#x reaches ibv_reg_dmabuf_mr as %#x (RELAXED_ORDERING kept, unknown optional bit dropped)",
-			      runtime_access, st.access);
+			check(mr && st->dmabuf_calls == 1 &&
+				      st->access == (RW | IBV_ACCESS_RELAXED_ORDERING) &&
+				      st->iova == small,
+			      "ibv_reg_mr with run-time access flags (ibv_reg_mr_iova2): access %#x reaches ibv_reg_dmabuf_mr as %#" PRIx64 " (RELAXED_ORDERING kept, unknown optional bit dropped)",
+			      runtime_access, st->access);
 			if (mr)
 				ibv_dereg_mr(mr);
 			/* An allocation smaller than a page, maybe not page aligned. */
@@ -1236,11 +1258,11 @@ int main(int argc, char **argv)
 				capture_end();
 				printf("# cuMemAlloc(100) gave %#" PRIx64 " (page offset %" PRIu64 ")\n", small,
 				       small & 4095);
-				check((mr && st.dmabuf_calls == 1 && st.offset == (small & 4095)) ||
-					      (!mr && n != 0 && st.dmabuf_calls == 0),
+				check((mr && st->dmabuf_calls == 1 && st->offset == (small & 4095)) ||
+					      (!mr && n != 0 && st->dmabuf_calls == 0),
 				      "a 100-byte allocation: %s (offset %#" PRIx64 ", errno %d)",
 				      mr ? "registered through a page-wide export" : "refused with an errno",
-				      st.offset, n);
+				      st->offset, n);
 				if (mr)
 					ibv_dereg_mr(mr);
 				cuMemFree(small);
@@ -1257,8 +1279,7 @@ done:
 
 	free(host);
 	ibv_dealloc_pd(pd);
-	verbs_uninit_context(vctx);
-	free(sctx);
+	standin_close(ctx);
 	printf("1..%d\n# %d passed, %d failed\n", tests, tests - failures, failures);
 	return failures ? 1 : 0;
 }

@@ -1,17 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * libstandin-provider.so: the stand-in verbs provider of cuda_peermem_check.c as a shared
- * library, for clients that are not C programs (userspace/scripts/peermem-torch-check.py).
+ * The stand-in verbs provider: linked into cuda_peermem_check.c, and built as
+ * libstandin-provider.so for clients that are not C programs
+ * (userspace/scripts/peermem-torch-check.py). The interface: standin_provider.h.
  *
  * There is no RDMA device on the GPU machine, so ibv_get_device_list() finds none; this library
  * makes a verbs context the way a provider's alloc_context does (verbs_init_and_alloc_context,
  * verbs_set_ops), whose reg_mr and reg_dmabuf_mr record what reaches them and return a memory
  * region. The client then calls the real libibverbs entry points on it (ibv_alloc_pd,
  * ibv_reg_mr, ibv_dereg_mr), with libp2pbuf_peermem.so preloaded or not.
- *
- *   struct ibv_context *standin_open(void);         NULL with errno on failure
- *   void standin_last(struct standin_record *out);   what the last registration recorded
- *   void standin_reset(void);
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,21 +21,12 @@
 #include <infiniband/driver.h>
 #include <infiniband/verbs.h>
 
+#include "standin_provider.h"
+
 #define DMA_BUF_MAGIC 0x444d4142
 
-/* What the last registration reached, as the client reads it (ctypes: all 64-bit fields). */
-struct standin_record {
-	uint64_t reg_mr_calls, dmabuf_calls; /* since standin_reset() */
-	uint64_t addr;                       /* reg_mr: the address */
-	uint64_t offset;                     /* reg_dmabuf_mr: the offset in the dma-buf */
-	uint64_t iova, length;
-	int64_t fd;           /* reg_dmabuf_mr: the fd, -1 otherwise */
-	uint64_t is_dmabuf;   /* the fd is on the dma-buf filesystem */
-	uint64_t dmabuf_size; /* its size, from /proc/self/fdinfo */
-	char exp_name[64];    /* its exporter */
-};
-
 static struct standin_record st;
+static int dmabuf_errno; /* 0: accept */
 static uint32_t next_key = 0x100;
 
 void standin_reset(void)
@@ -50,6 +38,16 @@ void standin_reset(void)
 void standin_last(struct standin_record *out)
 {
 	*out = st;
+}
+
+const struct standin_record *standin_rec(void)
+{
+	return &st;
+}
+
+void standin_dmabuf_errno(int err)
+{
+	dmabuf_errno = err;
 }
 
 static struct ibv_pd *s_alloc_pd(struct ibv_context *ctx)
@@ -87,6 +85,7 @@ static struct ibv_mr *s_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uin
 	st.addr = (uintptr_t)addr;
 	st.length = length;
 	st.iova = hca_va;
+	st.access = access;
 	return new_mr(IBV_MR_TYPE_MR, access);
 }
 
@@ -116,7 +115,12 @@ static struct ibv_mr *s_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t
 	st.length = length;
 	st.iova = iova;
 	st.fd = fd;
+	st.access = access;
 	note_dmabuf(fd);
+	if (dmabuf_errno) {
+		errno = dmabuf_errno;
+		return NULL;
+	}
 	return new_mr(IBV_MR_TYPE_DMABUF_MR, access);
 }
 
@@ -155,4 +159,14 @@ struct ibv_context *standin_open(void)
 	verbs_set_ops(&sctx->ibv_ctx, &standin_ops);
 	standin_reset();
 	return &sctx->ibv_ctx.context;
+}
+
+void standin_close(struct ibv_context *ctx)
+{
+	struct verbs_context *vctx = verbs_get_ctx(ctx);
+	struct verbs_device *vdev = verbs_get_device(ctx->device);
+
+	verbs_uninit_context(vctx);
+	free(container_of(vctx, struct standin_context, ibv_ctx));
+	free(vdev);
 }
