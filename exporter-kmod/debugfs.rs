@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `/sys/kernel/debug/p2pbuf/`: providers, live buffers with their attachments (importer
-//! device and map type) and map/unmap counts, revoked buffers, and recent refusals with their
+//! device and route) and map/unmap counts, revoked buffers, and recent refusals with their
 //! reason.
 
 use crate::{buffer::AttachInfo, PROVIDERS};
@@ -91,7 +91,7 @@ fn attachment(f: &mut fmt::Formatter<'_>, att: &Attachment, info: &AttachInfo) -
         f,
         "  attached: {} ({})",
         att.device().name().to_str().unwrap_or("?"),
-        info.map_type.name().to_str().unwrap_or("?")
+        info.route.name().to_str().unwrap_or("?")
     )?;
     match info.last_map() {
         Some(m) => writeln!(

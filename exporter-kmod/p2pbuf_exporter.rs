@@ -5,9 +5,10 @@
 //! What out-of-tree peer-memory hooks (`nvidia_p2p_get_pages`, peer-memory clients) did, done
 //! with mainline mechanisms: a PCI driver registers a device's BAR (by default the lab's
 //! emulated GPU memory, ivshmem BAR2) as p2pdma memory, and `/dev/p2pbuf` hands out buffers of
-//! it as dma-buf file descriptors. Importers attach with their own device; the p2pdma map type
-//! between provider and importer decides whether and how the memory is mapped (bus addresses
-//! through a switch, or the DMA API/IOMMU through the host bridge). Unbinding the device revokes
+//! it as dma-buf file descriptors. Importers attach with their own device; the route between
+//! provider and importer (the dma-buf core's `dma_buf_phys_vec_route()`) decides whether and how
+//! the memory is mapped (bus addresses through a switch, or the DMA API/IOMMU through the host
+//! bridge). Unbinding the device revokes
 //! every buffer: importers are told and unmap, CPU mappings are zapped, and the memory goes back
 //! once its last user is gone.
 //!
@@ -16,11 +17,14 @@
 //! [`ratelimit`] (log messages that users can cause).
 
 use kernel::{
-    dma_buf::{export::Exported, DmaBuf},
+    dma_buf::{
+        export::{Exported, P2pRoute},
+        DmaBuf,
+    },
     driver,
     fs::{file::FileDescriptorReservation, File},
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
-    pci::{self, p2pdma::MapType},
+    pci,
     prelude::*,
     sync::Arc,
 };
@@ -358,11 +362,9 @@ fn attachment(arg: usize) -> Result {
     let count = buf.for_each_attachment(|att, info| {
         if want == Some(i) {
             found = true;
-            out.map_type = match info.map_type {
-                MapType::BusAddr => uapi::DMA_MAP_BUS_ADDR,
-                MapType::ThruHostBridge => uapi::DMA_MAP_THRU_HOST_BRIDGE,
-                // `Buffer::attach` refuses every other map type.
-                MapType::NotSupported => 0,
+            out.map_type = match info.route {
+                P2pRoute::BusAddr => uapi::DMA_MAP_BUS_ADDR,
+                P2pRoute::HostBridge => uapi::DMA_MAP_THRU_HOST_BRIDGE,
             };
             uapi::copy_cstr(&mut out.device, att.device().name().to_bytes());
         }

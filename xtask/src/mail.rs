@@ -125,6 +125,14 @@ pub fn emit_trailers(stable: bool, signer: &Ident) -> Vec<String> {
     v
 }
 
+/// Whether a patch mail (or commit message) says what it fixes: a `Fixes:` trailer line in its
+/// message, before the diffstat's `---`.
+pub fn has_fixes_tag(text: &str) -> bool {
+    text.lines()
+        .take_while(|l| *l != "---")
+        .any(|l| l.starts_with("Fixes: "))
+}
+
 /// `msg` with `trailers` appended after its existing trailers by `git interpret-trailers`,
 /// each only if the message does not already carry it (so never a second identical
 /// `Signed-off-by:`).
@@ -268,6 +276,16 @@ mod tests {
         );
         assert_eq!(strip_signoffs("sub\n"), "sub\n");
         assert_eq!(strip_signoffs("sub\n\nBody.\n"), "sub\n\nBody.\n");
+    }
+
+    #[test]
+    fn fixes_tags_are_found_in_the_message_only() {
+        assert!(has_fixes_tag(
+            "Subject: x\n\nBody.\n\nFixes: 0123456789ab (\"y\")\n---\n a | 1\n"
+        ));
+        assert!(!has_fixes_tag(
+            "Subject: x\n\nBody.\n---\n+Fixes: in the diff\n"
+        ));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! A series directory is named `<N>-<name>` (`N` its place in the sending order) and holds:
 //! - `series.toml`: `tree` (where it goes, free text), `depends` (names of earlier series it
-//!   needs to apply or build), `stable` (add `Cc: stable@vger.kernel.org` to every patch),
-//!   optionally `prefix` (the subject prefix, `PATCH` unless set, e.g. `RFC PATCH`) and
+//!   needs to apply or build), `stable` (add `Cc: stable@vger.kernel.org` to every patch
+//!   with a `Fixes:` tag), optionally `prefix` (the subject prefix, `PATCH` unless set, e.g. `RFC PATCH`) and
 //!   `patches` (how many commits of a branch `--update-from` gives it, when that is not the
 //!   number of patch files it holds, i.e. when a series gains or loses patches);
 //! - `cover-letter.txt`: the cover letter's subject on the first line, a blank line, the body;

@@ -6,7 +6,10 @@
 
 mod build_each;
 mod check;
+#[cfg(test)]
+mod doc_table;
 mod export;
+mod rdma_core;
 
 use crate::kernel::{apply_series, commit_patches, ToCommit};
 use crate::mail::{self, Ident};
@@ -134,8 +137,24 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .last()
         .cloned()
         .unwrap_or_else(|| BASE.to_string());
-    let trailers = mail::emit_trailers(s.meta.stable, me);
-    let own = ToCommit::each(&s.patches, &trailers);
+    // `stable = true`: `Cc: stable` on each patch that says what it fixes (a `Fixes:` tag), as
+    // the stable rules ask; a patch of the series without one gets only the sign-off.
+    let stable = mail::emit_trailers(true, me);
+    let plain = mail::emit_trailers(false, me);
+    let own: Vec<ToCommit> = s
+        .patches
+        .iter()
+        .map(|f| {
+            let fixes = s.meta.stable
+                && fs::read_to_string(f)
+                    .map(|t| mail::has_fixes_tag(&t))
+                    .unwrap_or(false);
+            ToCommit {
+                file: f,
+                trailers: if fixes { &stable } else { &plain },
+            }
+        })
+        .collect();
     let commits = commit_patches(ctx, &under, &own, Some(me)).with_context(|| {
         format!(
             "{} does not apply to {BASE}{}",
@@ -313,6 +332,19 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
             e.dir.strip_prefix(&ctx.root).unwrap_or(&e.dir).display()
         );
     }
+    let pr = rdma_core::emit(&ctx.root, &o.out, &me)?;
+    println!(
+        "    rdma-core: a pull request of {} patch(es) ({}) with its description, in {}; held \
+         back in the lab: {}",
+        pr.sent.len(),
+        pr.sent.join(", "),
+        pr.dir.strip_prefix(&ctx.root).unwrap_or(&pr.dir).display(),
+        if pr.held_back.is_empty() {
+            "none".to_string()
+        } else {
+            pr.held_back.join(", ")
+        }
+    );
     if o.build_each {
         let chosen: Vec<&Emitted> = emitted
             .iter()
