@@ -206,8 +206,13 @@ impl Ctx {
     /// The toolchain of every `make` on the kernel tree (the kernel, its configuration, the
     /// out-of-tree modules, `patches --build-each`): clang, ld.lld and the LLVM binutils of the
     /// cache (`LLVM=<bin>/`), the Rust tools of the cache on PATH, and libclang for bindgen.
+    ///
+    /// Without the `CARGO_PKG_*` variables that `cargo run` gives xtask: clippy-driver reads
+    /// `CARGO_PKG_RUST_VERSION` as the crate's MSRV, so xtask's own `rust-version` (1.89) met
+    /// the kernel's `.clippy.toml` (1.85) and every kernel crate warned that the two differ.
     pub fn kernel_toolchain(&self, c: &mut Command) -> Result<()> {
         self.llvm_id()?;
+        strip_cargo_pkg_env(c);
         c.arg(format!("LLVM={}/", self.llvm_bin().display()))
             .env("PATH", self.path_with_tools())
             .env("LIBCLANG_PATH", self.libclang_dir());
@@ -232,6 +237,16 @@ impl Ctx {
         std::thread::available_parallelism()
             .map(|n| n.get() + 1)
             .unwrap_or(3)
+    }
+}
+
+/// Removes from `c`'s environment the `CARGO_PKG_*` variables this process inherited from
+/// `cargo run` (see [`Ctx::kernel_toolchain`]).
+pub fn strip_cargo_pkg_env(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("CARGO_PKG_") {
+            c.env_remove(&k);
+        }
     }
 }
 
@@ -453,6 +468,28 @@ pub fn xtask_git(dir: &Path) -> Command {
 
 #[cfg(test)]
 mod tests {
+    /// `cargo test` sets `CARGO_PKG_RUST_VERSION` as `cargo run` does: the kernel's clippy must
+    /// not see it (it took xtask's 1.89 for the kernel crates' MSRV and warned on each).
+    #[test]
+    fn kernel_makes_do_not_inherit_cargo_pkg_variables() {
+        assert!(std::env::var_os("CARGO_PKG_RUST_VERSION").is_some());
+        let mut c = std::process::Command::new("true");
+        super::strip_cargo_pkg_env(&mut c);
+        let removed: Vec<String> = c
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().to_string())
+            .collect();
+        assert!(
+            removed.iter().any(|k| k == "CARGO_PKG_RUST_VERSION"),
+            "{removed:?}"
+        );
+        assert!(
+            removed.iter().all(|k| k.starts_with("CARGO_PKG_")),
+            "{removed:?}"
+        );
+    }
+
     use super::*;
 
     #[test]
