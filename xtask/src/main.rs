@@ -146,9 +146,10 @@ enum Cmd {
         /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
         /// large-bar, pyverbs, kcsan (xtask/src/boots.rs), and two-nodes (two VMs on one link,
         /// RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
-        /// suite: by name, or by a --filter of its test) and kcsan (the race tests on a KCSAN
-        /// kernel, built under build/kcsan/ for it: by name only), or one boot of the whole
-        /// suite when --topology/--cpu/--iommu are given.
+        /// suite) and large-bar (a 256 GiB BAR, 10 to 13 min), each by name or by a --filter
+        /// of its tests, and kcsan (the race tests on a KCSAN kernel, built under build/kcsan/
+        /// for it: by name only), or one boot of the whole suite when --topology/--cpu/--iommu
+        /// are given.
         #[arg(long = "boot")]
         boots: Vec<String>,
         /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
