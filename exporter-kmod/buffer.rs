@@ -7,7 +7,7 @@ use kernel::{
     device,
     dma::DataDirection,
     dma_buf::{
-        export::{ExportedSgt, Exporter, MmapVma, P2pRoute, PhysRange},
+        export::{ExportedSgt, Exporter, MmapVma, PhysRange},
         Attachment, IoSysMap, ResvHeld,
     },
     mm::virt::{flags as vm_flags, VmFault},
@@ -29,9 +29,6 @@ use kernel::{
 ///
 /// [`Exported::for_each_attachment`]: kernel::dma_buf::export::Exported::for_each_attachment
 pub(crate) struct AttachInfo {
-    /// How the importing device reaches the memory (the dma-buf core's answer, the route
-    /// `dma_buf_phys_vec_to_sgt()` maps by).
-    pub(crate) route: P2pRoute,
     /// The scatter-gather table of the latest map for this attachment.
     last_map: LastMap,
 }
@@ -290,43 +287,37 @@ impl Exporter for Buffer {
 
     type AttachData = AttachInfo;
 
-    /// Decides per importer, from the route the dma-buf core reports between the provider and
-    /// the importing device (`dma_buf_phys_vec_route()`): through a common switch (bus
-    /// addresses) and through the host bridge (the DMA API and the IOMMU) both work; without a
-    /// route the importer gets `EOPNOTSUPP`, and the reason is recorded.
+    /// Decides per importer with the dma-buf core's check between the provider and the
+    /// importing device (`dma_buf_phys_vec_check()`): through a common switch (bus addresses)
+    /// and through the host bridge (the DMA API and the IOMMU) both work; without a path the
+    /// importer gets `EOPNOTSUPP`, and the reason is recorded.
     fn attach(this: &Self, attach: &Attachment) -> Result<AttachInfo> {
         let dev = attach.device();
         let mem = this.mem.lock();
         // The memory's provider stays valid while the allocation exists.
-        let route = attach.p2p_route(mem.as_ref().ok_or(ENODEV)?.provider());
+        let checked = attach.check_p2p(mem.as_ref().ok_or(ENODEV)?.provider());
         drop(mem);
-        let route = match route {
-            Ok(route) => route,
-            Err(e) => {
-                if e == EOPNOTSUPP {
-                    this.refuse(
-                        dev,
-                        uapi::REFUSAL_NO_P2P_PATH,
-                        c"no peer-to-peer path (see the kernel log for the blocking bridge)",
-                    );
-                }
-                return Err(e);
+        checked.inspect_err(|&e| {
+            if e == EOPNOTSUPP {
+                this.refuse(
+                    dev,
+                    uapi::REFUSAL_NO_P2P_PATH,
+                    c"no peer-to-peer path (see the kernel log for the blocking bridge)",
+                );
             }
-        };
-        // `dev_dbg!` prints only with `CONFIG_RUST_DEBUG_ASSERTIONS`, but its arguments (two
-        // names checked as UTF-8) would be computed on every attach: 0.6 us of an 8 us 4 KiB
-        // import under TCG (docs/bench.md, "Where the time goes").
+        })?;
+        // `dev_dbg!` prints only with `CONFIG_RUST_DEBUG_ASSERTIONS`, but its argument (a name
+        // checked as UTF-8) would be computed on every attach: 0.6 us of an 8 us 4 KiB import
+        // under TCG (docs/bench.md, "Where the time goes").
         if cfg!(debug_assertions) {
             dev_dbg!(
                 &*this.provider.pdev,
-                "buffer {}: {} attached, route {}\n",
+                "buffer {}: {} attached\n",
                 this.id,
-                dev.name().to_str().unwrap_or("?"),
-                route.name().to_str().unwrap_or("?")
+                dev.name().to_str().unwrap_or("?")
             );
         }
         Ok(AttachInfo {
-            route,
             last_map: LastMap::new(),
         })
     }

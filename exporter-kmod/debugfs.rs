@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `/sys/kernel/debug/p2pbuf/`: providers, live buffers with their attachments (importer
-//! device and route) and map/unmap counts, revoked buffers, and recent refusals with their
+//! device and its latest mapping) and map/unmap counts, revoked buffers, and recent refusals with their
 //! reason.
 
 use crate::{buffer::AttachInfo, PROVIDERS};
@@ -89,9 +89,8 @@ fn buffers(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 fn attachment(f: &mut fmt::Formatter<'_>, att: &Attachment, info: &AttachInfo) -> fmt::Result {
     write!(
         f,
-        "  attached: {} ({})",
-        att.device().name().to_str().unwrap_or("?"),
-        info.route.name().to_str().unwrap_or("?")
+        "  attached: {}",
+        att.device().name().to_str().unwrap_or("?")
     )?;
     match info.last_map() {
         Some(m) => writeln!(

@@ -5,10 +5,10 @@
 //! What out-of-tree peer-memory hooks (`nvidia_p2p_get_pages`, peer-memory clients) did, done
 //! with mainline mechanisms: a PCI driver registers a device's BAR (by default the lab's
 //! emulated GPU memory, ivshmem BAR2) as p2pdma memory, and `/dev/p2pbuf` hands out buffers of
-//! it as dma-buf file descriptors. Importers attach with their own device; the route between
-//! provider and importer (the dma-buf core's `dma_buf_phys_vec_route()`) decides whether and how
-//! the memory is mapped (bus addresses through a switch, or the DMA API/IOMMU through the host
-//! bridge). Unbinding the device revokes
+//! it as dma-buf file descriptors. Importers attach with their own device; the dma-buf core
+//! decides whether it can reach the memory (`dma_buf_phys_vec_check()`, asked at attach) and how
+//! to map it (bus addresses through a switch, or the DMA API/IOMMU through the host bridge, in
+//! `dma_buf_phys_vec_to_sgt()`). Unbinding the device revokes
 //! every buffer: importers are told and unmap, CPU mappings are zapped, and the memory goes back
 //! once its last user is gone.
 //!
@@ -18,7 +18,7 @@
 
 use kernel::{
     dma_buf::{
-        export::{Exported, P2pRoute},
+        export::Exported,
         DmaBuf,
     },
     driver,
@@ -346,7 +346,7 @@ fn refusal(arg: usize) -> Result {
 /// `P2PBUF_IOCTL_ATTACHMENT`: the exporter's decision for one importing device of a buffer.
 fn attachment(arg: usize) -> Result {
     let (a, size) = uapi::read_arg::<uapi::AttachmentInfo>(arg)?;
-    if a.flags != 0 {
+    if a.flags != 0 || a.reserved != 0 {
         return Err(EINVAL);
     }
     let (buf, _) = buffer(a.fd)?;
@@ -362,10 +362,6 @@ fn attachment(arg: usize) -> Result {
     let count = buf.for_each_attachment(|att, info| {
         if want == Some(i) {
             found = true;
-            out.map_type = match info.route {
-                P2pRoute::BusAddr => uapi::DMA_MAP_BUS_ADDR,
-                P2pRoute::HostBridge => uapi::DMA_MAP_THRU_HOST_BRIDGE,
-            };
             uapi::copy_cstr(&mut out.device, att.device().name().to_bytes());
         }
         i += 1;

@@ -41,11 +41,6 @@ pub(crate) const IOCTL_REFUSAL: u32 = kernel::ioctl::_IOWR::<Refusal>(MAGIC, 0x0
 /// `P2PBUF_IOCTL_ATTACHMENT`: `_IOWR(..., 0x05, struct p2pbuf_attachment)`.
 pub(crate) const IOCTL_ATTACHMENT: u32 = kernel::ioctl::_IOWR::<AttachmentInfo>(MAGIC, 0x05);
 
-/// `P2PBUF_DMA_MAP_BUS_ADDR`.
-pub(crate) const DMA_MAP_BUS_ADDR: u32 = 2;
-/// `P2PBUF_DMA_MAP_THRU_HOST_BRIDGE`.
-pub(crate) const DMA_MAP_THRU_HOST_BRIDGE: u32 = 3;
-
 /// `P2PBUF_REFUSAL_NO_P2P_PATH`.
 pub(crate) const REFUSAL_NO_P2P_PATH: u32 = 1;
 
@@ -165,7 +160,7 @@ pub(crate) struct AttachmentInfo {
     pub(crate) flags: u32,
     pub(crate) index: u32,
     pub(crate) nr_attachments: u32,
-    pub(crate) map_type: u32,
+    pub(crate) reserved: u32,
     pub(crate) device: [u8; DEVICE_NAME_LEN],
 }
 
@@ -177,7 +172,7 @@ impl Default for AttachmentInfo {
             flags: 0,
             index: 0,
             nr_attachments: 0,
-            map_type: 0,
+            reserved: 0,
             device: [0; DEVICE_NAME_LEN],
         }
     }

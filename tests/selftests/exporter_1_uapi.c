@@ -319,13 +319,16 @@ TEST_F(p2pbuf, attachment)
 	EXPECT_EQ(-EBADF, p2p_attachment(self->dev, 12345, 0, &a));
 	EXPECT_EQ(-EBADF, p2p_attachment(self->dev, -1, 0, &a));
 	EXPECT_EQ(-EINVAL, p2p_attachment(self->dev, self->dev, 0, &a));
-	/* Flags, a struct smaller than the first version. */
+	/* Flags, the reserved field, a struct smaller than the first version. */
 	memset(&a, 0, sizeof(a));
 	a.size = sizeof(a);
 	a.fd = fd;
 	a.flags = 1;
 	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
 	a.flags = 0;
+	a.reserved = 1;
+	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
+	a.reserved = 0;
 	a.size = 16;
 	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
 	close(fd);

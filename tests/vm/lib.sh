@@ -83,7 +83,7 @@ debugfs_buffer() {
 
 # debugfs_field BLOCK FIELD: from a debugfs_buffer block, the buffer's `offset` (its BAR offset,
 # 0x...), `cpu_begin` or `cpu_end` (its CPU-access brackets), or `attached` (each attachment:
-# "DEVICE (MAP TYPE)[, mapped: ...]", one per line).
+# "DEVICE[, mapped: ...]", one per line).
 debugfs_field() {
 	case $2 in
 	offset) echo "$1" | sed -n '1s/.* at BAR offset \(0x[0-9a-f]*\).*/\1/p' ;;

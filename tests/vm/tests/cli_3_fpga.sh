@@ -32,7 +32,7 @@ if [ ! -e /dev/p2pbuf-dma ]; then
 fi
 # The map type the CLI prints is the engine's view of its DMA addresses: an IOVA when its IOMMU
 # translates device memory (through the host bridge), else the memory's bus address (the route,
-# switch or host bridge, is the exporter's: P2PBUF_IOCTL_ATTACHMENT, checked in importer.c).
+# switch or host bridge, stays inside the kernel's dma-buf and PCI cores).
 case "$(p2p_fabric)/${P2PBUF_IOMMU:-0}" in
 hostbridge/1) DEVMAP=THRU_HOST_BRIDGE ;;
 *) DEVMAP=BUS_ADDR ;;

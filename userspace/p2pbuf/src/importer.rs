@@ -30,8 +30,8 @@ use crate::error::{Error, Result};
 pub const DEVICE: &str = "/dev/p2pbuf-dma";
 
 /// What the engine's DMA addresses for an imported buffer are (`P2PBUF_DMA_MAP_*`), as the
-/// importer sees its own mapping. The route to a peer's memory (switch or host bridge) is the
-/// exporter's decision (`P2PBUF_IOCTL_ATTACHMENT` for p2pbuf buffers).
+/// importer sees its own mapping. The route to a peer's memory (switch or host bridge) stays
+/// inside the kernel's dma-buf and PCI cores; `p2pbuf path` explains it from the topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum MapType {
     /// Nothing mapped.

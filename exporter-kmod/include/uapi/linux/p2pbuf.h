@@ -228,15 +228,15 @@ struct p2pbuf_refusal {
  *	@nr_attachments on
  * @nr_attachments: out: attachments of the buffer now (also written with -ENOENT: nothing
  *	else is; read it with @index 0 to learn how many there are)
- * @map_type: out: P2PBUF_DMA_MAP_BUS_ADDR (PCI_P2PDMA_MAP_BUS_ADDR: the device and the
- *	memory share a PCI switch) or P2PBUF_DMA_MAP_THRU_HOST_BRIDGE (through the host bridge,
- *	and its IOMMU if there is one): the PCI core's p2pdma map type between the buffer's
- *	provider and the device, which the exporter decided the attach with
+ * @reserved: in: must be 0 (-EINVAL otherwise); out: 0. (It held the p2pdma route between
+ *	the buffer's provider and the device; the dma-buf core tells an exporter only whether
+ *	the device can reach the memory, and `p2pbuf path` explains the route from the topology.)
  * @device: out: NUL-terminated dev_name() of the importing device (for a PCI device its
  *	address), cut to P2PBUF_DEVICE_NAME_LEN - 1 bytes
  *
- * The route is the exporter's knowledge: importers see only their DMA addresses (see
- * struct p2pbuf_dma_import.map_type). Attachments come and go; an @index read twice may
+ * Every listed device passed the dma-buf core's check (dma_buf_phys_vec_check()) when it
+ * attached; importers see only their DMA addresses (see struct p2pbuf_dma_import.map_type).
+ * Attachments come and go; an @index read twice may
  * name another device. -EBUSY while the buffer is being revoked (a revoke may wait for the
  * buffer's fences: the ioctl does not wait behind it; ask again once REVOKE returned);
  * -EINTR if a signal came while it waited for the buffer's reservation lock.
@@ -247,7 +247,7 @@ struct p2pbuf_attachment {
 	__u32 flags;
 	__u32 index;
 	__u32 nr_attachments;
-	__u32 map_type;
+	__u32 reserved;
 	char device[P2PBUF_DEVICE_NAME_LEN];
 };
 
