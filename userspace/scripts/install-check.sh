@@ -5,7 +5,7 @@
 # librdmacm-dev) with the system's libclang, with no lab cache (P2PBUF_CACHE is an empty
 # directory, LIBCLANG_PATH unset) into a temporary prefix; Debian's ibv_devices runs with it
 # preloaded (it loads beside bookworm's libibverbs and changes nothing); then the stand-in
-# provider checker (cuda_peermem_check.c --host-only) runs with the installed library preloaded:
+# provider checker (cuda_peermem_check*.c --host-only) runs with the installed library preloaded:
 # no CUDA, no p2pbuf, host memory of many kinds must reach the provider's reg_mr as the program
 # passed it.
 #
@@ -94,7 +94,7 @@ fi
 # 5. The stand-in provider checker, host memory only, with the installed library and without.
 CHECKER=$WORK/cuda-peermem-check
 gcc -O2 -g0 -Wall -Wextra -Werror -isystem "$BUILD/include" -I"$STAGE/usr/include" \
-	-o "$CHECKER" "$ROOT/userspace/p2pbuf-peermem/c/cuda_peermem_check.c" \
+	-o "$CHECKER" "$ROOT"/userspace/p2pbuf-peermem/c/cuda_peermem_check*.c \
 	"$ROOT/userspace/p2pbuf-peermem/c/standin_provider.c" \
 	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
 check "the checker and the stand-in provider build (gcc -Wall -Wextra -Werror)" test -x "$CHECKER"

@@ -2,8 +2,9 @@
 # Builds what userspace/scripts/peermem-gpu-run.sh needs on a GPU machine that has neither a
 # Rust toolchain nor rdma-core, into one directory:
 #   libp2pbuf_peermem.so     the preload library (cargo build --release -p p2pbuf-peermem)
-#   cuda-peermem-check       userspace/p2pbuf-peermem/c/cuda_peermem_check.c with the stand-in
-#                            provider standin_provider.c linked in, built against the rdma-core
+#   cuda-peermem-check       userspace/p2pbuf-peermem/c/cuda_peermem_check*.c (main in
+#                            cuda_peermem_check.c) with the stand-in provider
+#                            standin_provider.c linked in, built against the rdma-core
 #                            of `cargo xtask rdma-core` (its provider interface,
 #                            infiniband/driver.h, from the build tree)
 #   lib/                     that rdma-core's libibverbs.so.1 and the libnl it needs
@@ -26,7 +27,7 @@ cargo build --release -p p2pbuf-peermem
 mkdir -p "$OUT/lib"
 cp "$TARGET/release/libp2pbuf_peermem.so" "$OUT/"
 gcc -O2 -g0 -Wall -Wextra -Werror -isystem "$BUILD/include" -I"$STAGE/usr/include" \
-	-o "$OUT/cuda-peermem-check" userspace/p2pbuf-peermem/c/cuda_peermem_check.c \
+	-o "$OUT/cuda-peermem-check" userspace/p2pbuf-peermem/c/cuda_peermem_check*.c \
 	userspace/p2pbuf-peermem/c/standin_provider.c \
 	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
 gcc -O2 -g0 -Wall -Wextra -Werror -shared -fPIC -isystem "$BUILD/include" -I"$STAGE/usr/include" \

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * The stand-in verbs provider: linked into cuda_peermem_check.c, and built as
- * libstandin-provider.so for clients that are not C programs
+ * The stand-in verbs provider: linked into cuda-peermem-check (cuda_peermem_check*.c), and
+ * built as libstandin-provider.so for clients that are not C programs
  * (userspace/scripts/peermem-torch-check.py). The interface: standin_provider.h.
  *
  * There is no RDMA device on the GPU machine, so ibv_get_device_list() finds none; this library

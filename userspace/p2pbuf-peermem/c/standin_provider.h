@@ -2,7 +2,7 @@
 /*
  * The stand-in verbs provider (standin_provider.c): a verbs context made the way a provider's
  * alloc_context makes one, whose reg_mr and reg_dmabuf_mr record what reaches them. Used by
- * cuda_peermem_check.c (linked in) and, as libstandin-provider.so, by
+ * cuda-peermem-check (linked in) and, as libstandin-provider.so, by
  * userspace/scripts/peermem-torch-check.py (ctypes: keep its Record in step with the struct).
  * Built against the infiniband/driver.h of the rdma-core whose libibverbs it runs with: the
  * provider interface is rdma-core's private ABI (IBVERBS_PRIVATE_<version>).
