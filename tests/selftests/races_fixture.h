@@ -126,12 +126,8 @@ RACES_HELPER int send_fd(int sock, int fd)
 	struct msghdr msg = {
 		.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf),
 	};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	p2pbuf_cmsg_fd(&msg, fd);
 	return sendmsg(sock, &msg, 0) == 1 ? 0 : -errno;
 }
 
