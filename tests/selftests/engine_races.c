@@ -110,7 +110,7 @@ FIXTURE_SETUP(engine_races)
 		SKIP(return, "no edu device (the DMA engine) on this boot");
 	if (access(IMPORTER_DRV, F_OK))
 		SKIP(return, "p2pbuf_importer is not loaded");
-	why = exporter_ready(_metadata, self->gpu, sizeof(self->gpu), &self->p2p);
+	why = exporter_ready(_metadata, self->gpu, sizeof(self->gpu), &self->p2p, NULL);
 	if (why)
 		SKIP(return, "%s", why);
 	r = ensure_bound(IMPORTER_DRV, self->edu);

@@ -144,12 +144,8 @@ static int send_fd(int sock, int fd)
 	union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 			      .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	p2pbuf_cmsg_fd(&msg, fd);
 	return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
 }
 

@@ -221,11 +221,7 @@ TEST_F(faults, sigkill_while_mapped_after_passing)
 		msg.msg_iovlen = 1;
 		msg.msg_control = cbuf;
 		msg.msg_controllen = sizeof(cbuf);
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &b, sizeof(int));
+		p2pbuf_cmsg_fd(&msg, b);
 		if (sendmsg(sv[1], &msg, 0) != 1)
 			_exit(4);
 		pause();	/* mapped, fd open: until killed */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/dma-buf.h>
@@ -204,6 +205,20 @@ static inline void p2pbuf_cpu_access(struct p2pbuf_buf *b, int start)
 }
 
 /* Closes *fd if it is open, and marks it closed (-1). */
+/*
+ * Puts fd into msg as its SCM_RIGHTS control message, in the control buffer msg already has
+ * (CMSG_SPACE(sizeof(int)) bytes at least).
+ */
+static inline void p2pbuf_cmsg_fd(struct msghdr *msg, int fd)
+{
+	struct cmsghdr *cm = CMSG_FIRSTHDR(msg);
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+}
+
 static inline void p2pbuf_close(int *fd)
 {
 	if (*fd >= 0)

@@ -49,7 +49,7 @@ FIXTURE_SETUP(pfnmap)
 	const char *why;
 
 	self->p2p = self->res = -1;
-	why = exporter_ready(_metadata, self->pci, sizeof(self->pci), &self->p2p);
+	why = exporter_ready(_metadata, self->pci, sizeof(self->pci), &self->p2p, NULL);
 	if (why)
 		SKIP(return, "%s", why);
 	ASSERT_EQ(0, p2p_provider(self->p2p, &p));

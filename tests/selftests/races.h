@@ -214,11 +214,12 @@ RACES_HELPER int ensure_bound(const char *drv, const char *pci)
 
 /*
  * In a fixture's setup: the emulated GPU memory (ivshmem-plain) into pci (len bytes), bound to
- * the exporter (again, if a test before failed to rebind it), and /dev/p2pbuf opened into *p2p.
- * NULL, or why the boot cannot run the test (a SKIP reason).
+ * the exporter (again, if a test before failed to rebind it), and /dev/p2pbuf opened into *p2p;
+ * with `prov`, the first provider's PROVIDER_INFO into it, which must be that device's. NULL, or
+ * why the boot cannot run the test (a SKIP reason).
  */
 RACES_HELPER const char *exporter_ready(struct __test_metadata *_metadata, char *pci,
-					size_t len, int *p2p)
+					size_t len, int *p2p, struct p2pbuf_provider_info *prov)
 {
 	static char why[128];
 	int r;
@@ -233,6 +234,10 @@ RACES_HELPER const char *exporter_ready(struct __test_metadata *_metadata, char 
 	if (*p2p < 0) {
 		snprintf(why, sizeof(why), "no %s: %s", P2P_DEV, strerror(errno));
 		return why;
+	}
+	if (prov) {
+		ASSERT_EQ(0, p2p_provider(*p2p, prov));
+		ASSERT_STREQ(pci, prov->pci_name);
 	}
 	return NULL;
 }
@@ -419,6 +424,21 @@ RACES_HELPER int plant_fence(int buf_fd)
 	close(d.fence);
 	return tl;
 }
+
+/*
+ * In a test: tl = plant_fence(buf_fd); the test is skipped on a kernel without sw_sync (closing
+ * buf_fd first if close_on_skip), and fails on any other error.
+ */
+#define PLANT_FENCE_OR_SKIP(tl, buf_fd, close_on_skip) do {					\
+	(tl) = plant_fence(buf_fd);								\
+	if ((tl) == -ENOENT) {									\
+		if (close_on_skip)								\
+			close(buf_fd);								\
+		SKIP(return, "no %s (CONFIG_SW_SYNC=n): no fence that userspace controls",	\
+		     SW_SYNC_PATH);								\
+	}											\
+	ASSERT_LE(0, (tl)) TH_LOG("plant a fence: %s", strerror(-(tl)));			\
+} while (0)
 
 RACES_HELPER void fence_signal(int tl)
 {

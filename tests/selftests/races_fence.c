@@ -132,13 +132,7 @@ TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 
 	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
 	ASSERT_GE(x, 0);
-	self->timeline = plant_fence(x);
-	if (self->timeline == -ENOENT) {
-		close(x);
-		SKIP(return, "no %s (CONFIG_SW_SYNC=n): no fence that userspace controls",
-		     SW_SYNC_PATH);
-	}
-	ASSERT_LE(0, self->timeline) TH_LOG("plant a fence: %s", strerror(-self->timeline));
+	PLANT_FENCE_OR_SKIP(self->timeline, x, 1);
 	op_start(self, &rev, "REVOKE", OP_REVOKE, x, -1);
 	ASSERT_LT(0, rev.pid);
 	if (op_wait(&rev, 1.0)) {
@@ -202,13 +196,7 @@ TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 	ASSERT_NE(MAP_FAILED, m);
 	m[0] = 1;
 	munmap(m, 1UL << 20);
-	self->timeline = plant_fence(x);
-	if (self->timeline == -ENOENT) {
-		close(x);
-		SKIP(return, "no %s (CONFIG_SW_SYNC=n): no fence that userspace controls",
-		     SW_SYNC_PATH);
-	}
-	ASSERT_LE(0, self->timeline) TH_LOG("plant a fence: %s", strerror(-self->timeline));
+	PLANT_FENCE_OR_SKIP(self->timeline, x, 1);
 	races_child_close_fd = self->timeline;
 	ASSERT_EQ(0, pipe2(go, O_CLOEXEC));
 	/* The closer holds the last reference once we close ours. */

@@ -55,6 +55,36 @@ RACES_HELPER const char *mode_name(int mode)
 	return mode == MODE_RT ? "RT same-CPU" : "free-running";
 }
 
+/*
+ * A revoker thread's scheduling in `mode`: RT same-CPU pinned to cpu_a at SCHED_FIFO (unprivileged
+ * this fails, but then the thread inherited it), free-running at SCHED_OTHER on cpu_b.
+ */
+RACES_HELPER void revoker_mode(int mode, int cpu_a, int cpu_b)
+{
+	if (mode == MODE_RT) {
+		pin_cpu(cpu_a);
+		set_fifo(RT_PRIO);
+	} else {
+		set_fifo(0);
+		pin_cpu(cpu_b);
+	}
+}
+
+/*
+ * A revoker's start in `mode`: RT same-CPU wakes after delay_ns (to preempt the other side at a
+ * random tick), free-running waits for *start and spins `spins` times.
+ */
+RACES_HELPER void revoker_start(int mode, long delay_ns, volatile int *start, unsigned long spins)
+{
+	if (mode == MODE_RT) {
+		sleep_ns(delay_ns);
+	} else {
+		while (!*start)
+			;
+		spin(spins);
+	}
+}
+
 /* Mappings a test keeps on purpose (a stale one, to see what an unbind does with it). */
 static struct {
 	void *p;
@@ -96,12 +126,8 @@ RACES_HELPER int send_fd(int sock, int fd)
 	struct msghdr msg = {
 		.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf),
 	};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	p2pbuf_cmsg_fd(&msg, fd);
 	return sendmsg(sock, &msg, 0) == 1 ? 0 : -errno;
 }
 
@@ -153,11 +179,9 @@ FIXTURE_SETUP(races)
 	self->unbinder = 0;
 	self->nkids = 0;
 	/* A test before may have failed to rebind: the fixture always starts bound. */
-	why = exporter_ready(_metadata, self->pci, sizeof(self->pci), &self->p2p);
+	why = exporter_ready(_metadata, self->pci, sizeof(self->pci), &self->p2p, &p);
 	if (why)
 		SKIP(return, "%s", why);
-	ASSERT_EQ(0, p2p_provider(self->p2p, &p));
-	ASSERT_STREQ(self->pci, p.pci_name);
 	self->total = p.total;
 	self->free0 = provider_free(self->p2p);	/* also forgets released buffers */
 	self->avail0 = pool_avail(self->pci);
@@ -235,23 +259,10 @@ RACES_HELPER void h2_revoker_loop(struct h2_shared *s, const struct h2_cfg *c, i
 			break;
 		if (s->mode != mode) {
 			mode = s->mode;
-			if (mode == MODE_RT) {
-				pin_cpu(c->cpu_a);
-				/* Unprivileged this fails, but then the thread inherited it. */
-				set_fifo(RT_PRIO);
-			} else {
-				set_fifo(0);
-				pin_cpu(c->cpu_b);
-			}
+			revoker_mode(mode, c->cpu_a, c->cpu_b);
 		}
 		fd = sock >= 0 ? recv_fd(sock) : s->fd;
-		if (mode == MODE_RT) {
-			sleep_ns(s->delay_ns);
-		} else {
-			while (!s->start)
-				;
-			spin(s->spins);
-		}
+		revoker_start(mode, s->delay_ns, &s->start, s->spins);
 		s->rev_ret = fd < 0 ? fd : p2p_revoke(c->p2p, fd);
 		if (sock >= 0 && fd >= 0)
 			close(fd);
@@ -481,6 +492,46 @@ struct m1_arg {
 	int idx;
 };
 
+/*
+ * The state of `n` M1 revokers of the fixture's provider, shared with any child (MAP_SHARED),
+ * zeroed, the pool checked; NULL if it cannot be mapped.
+ */
+RACES_HELPER struct m1_shared *m1_shared_new(FIXTURE_DATA(races) *self, int n)
+{
+	struct m1_shared *s;
+
+	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (s == MAP_FAILED)
+		return NULL;
+	memset(s, 0, sizeof(*s));
+	s->p2p = self->p2p;
+	s->pci = self->pci;
+	s->cpu_a = self->cpu_a;
+	s->cpu_b = self->cpu_b;
+	s->check_mem = 1;
+	s->mode = -1;
+	sem_init(&s->done, 0, 0);
+	for (int i = 0; i < n; i++)
+		sem_init(&s->go[i], 0, 0);
+	return s;
+}
+
+/*
+ * M1's iteration `iter`: a new buffer of `len` bytes for the revokers, a page of it mapped and
+ * touched, and the pool as it was before the buffer.
+ */
+RACES_HELPER void m1_arm(struct __test_metadata *_metadata, struct m1_shared *s, size_t len,
+			 unsigned long iter)
+{
+	s->avail_before = pool_avail(s->pci);
+	s->fd = p2pbuf_alloc_fd(s->p2p, len);
+	ASSERT_GE(s->fd, 0);
+	s->map = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	ASSERT_NE(MAP_FAILED, s->map);
+	s->map[0] = 1;
+	s->iter = iter;
+}
+
 RACES_HELPER void m1_check(struct m1_shared *s, int i)
 {
 	long long av = s->check_mem ? pool_avail(s->pci) : -1;
@@ -530,14 +581,9 @@ RACES_HELPER void *m1_revoker(void *p)
 			pin_cpu(i < 2 ? s->cpu_a : s->cpu_b);
 			set_fifo(mode == MODE_RT && i == 1 ? RT_PRIO : 0);
 		}
-		if (mode == MODE_RT && i == 1) {
-			/* Wakes at a random tick during revoker 0's REVOKE and preempts it. */
-			sleep_ns(s->delay_ns);
-		} else {
-			while (!s->start)
-				;
-			spin(s->spins[i]);
-		}
+		/* RT: revoker 1 wakes at a random tick during revoker 0's REVOKE and preempts it. */
+		revoker_start(mode == MODE_RT && i == 1 ? MODE_RT : MODE_FREE, s->delay_ns, &s->start,
+			      s->spins[i]);
 		s->ret[i] = p2p_revoke(s->p2p, s->fd);
 		if (s->ret[i] == 0)
 			m1_check(s, i);

@@ -106,21 +106,9 @@ static void *fr_revoker(void *p)
 			break;
 		if (s->mode != mode) {
 			mode = s->mode;
-			if (mode == MODE_RT) {
-				pin_cpu(s->cpu_a);
-				set_fifo(RT_PRIO);
-			} else {
-				set_fifo(0);
-				pin_cpu(s->cpu_b);
-			}
+			revoker_mode(mode, s->cpu_a, s->cpu_b);
 		}
-		if (mode == MODE_RT) {
-			sleep_ns(s->delay_ns);
-		} else {
-			while (!s->start)
-				;
-			spin(s->spins);
-		}
+		revoker_start(mode, s->delay_ns, &s->start, s->spins);
 		s->ret = p2p_revoke(s->p2p, s->fd);
 		if (!s->ret)
 			__atomic_store_n(&s->revoked, 1, __ATOMIC_SEQ_CST);

@@ -52,18 +52,9 @@ TEST_F_TIMEOUT(races, m1_concurrent_revokes, 150)
 	rate = spin_rate();
 	ksft_print_msg("calibration: REVOKE of a %zu KiB buffer takes %.2f ms\n", len >> 10,
 		       t_rev * 1e3);
-	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(MAP_FAILED, s);
-	memset(s, 0, sizeof(*s));
-	s->p2p = self->p2p;
-	s->pci = self->pci;
-	s->cpu_a = self->cpu_a;
-	s->cpu_b = self->cpu_b;
-	s->check_mem = 1;
-	s->mode = -1;
-	sem_init(&s->done, 0, 0);
+	s = m1_shared_new(self, M1_THREADS);
+	ASSERT_NE(NULL, s);
 	for (int i = 0; i < M1_THREADS; i++) {
-		sem_init(&s->go[i], 0, 0);
 		args[i].s = s;
 		args[i].idx = i;
 		ASSERT_EQ(0, pthread_create(&th[i], NULL, m1_revoker, &args[i]));
@@ -75,13 +66,7 @@ TEST_F_TIMEOUT(races, m1_concurrent_revokes, 150)
 		while (iters[mode] < 2000 && now() - t0 < races_s() / 2) {
 			double span = t_rev * 1.3;
 
-			s->avail_before = pool_avail(self->pci);
-			s->fd = p2pbuf_alloc_fd(self->p2p, len);
-			ASSERT_GE(s->fd, 0);
-			s->map = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
-			ASSERT_NE(MAP_FAILED, s->map);
-			s->map[0] = 1;
-			s->iter = iters[mode];
+			m1_arm(_metadata, s, len, iters[mode]);
 			s->start = 0;
 			s->delay_ns = 1 + (long)(rnd() % (uint64_t)(span * 1e9 + 1));
 			for (int i = 0; i < M1_THREADS; i++)

@@ -466,18 +466,9 @@ TEST_F_TIMEOUT(races, m1_revokes_vs_unbind, 240)
 	unsigned long cyc, bad_ret = 0, einval = 0, late = 0, unbind_bad = 0;
 	double t0 = now(), rate = spin_rate();
 
-	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(MAP_FAILED, s);
-	memset(s, 0, sizeof(*s));
-	s->p2p = self->p2p;
-	s->pci = self->pci;
-	s->cpu_a = self->cpu_a;
-	s->cpu_b = self->cpu_b;
-	s->check_mem = 1;
-	s->mode = -1;
-	sem_init(&s->done, 0, 0);
+	s = m1_shared_new(self, 3);
+	ASSERT_NE(NULL, s);
 	for (int i = 0; i < 3; i++) {
-		sem_init(&s->go[i], 0, 0);
 		args[i].s = s;
 		args[i].idx = i;
 		ASSERT_EQ(0, pthread_create(&th[i], NULL, m1_revoker, &args[i]));
@@ -488,13 +479,7 @@ TEST_F_TIMEOUT(races, m1_revokes_vs_unbind, 240)
 		pid_t u;
 
 		ASSERT_EQ(0, ensure_bound(EXPORTER_DRV, self->pci));
-		s->avail_before = pool_avail(self->pci);
-		s->fd = p2pbuf_alloc_fd(self->p2p, len);
-		ASSERT_GE(s->fd, 0);
-		s->map = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
-		ASSERT_NE(MAP_FAILED, s->map);
-		s->map[0] = 1;
-		s->iter = cyc;
+		m1_arm(_metadata, s, len, cyc);
 		for (int i = 0; i < 3; i++)
 			s->spins[i] = rnd() % (unsigned long)(rate * 0.01 + 1);
 		ASSERT_EQ(0, pipe2(go, O_CLOEXEC));

@@ -116,11 +116,7 @@ TEST_F_TIMEOUT(fence, importer_detach_while_revoke_waits, 120)
 	h = p2pbuf_engine_import(dma, x);
 	if (h < 0)
 		SKIP(return, "engine IMPORT: %s (no peer-to-peer path here)", strerror(-h));
-	tl = plant_fence(x);
-	if (tl == -ENOENT)
-		SKIP(return, "no %s (CONFIG_SW_SYNC=n): no fence that userspace controls",
-		     SW_SYNC_PATH);
-	ASSERT_LE(0, tl) TH_LOG("plant a fence: %s", strerror(-tl));
+	PLANT_FENCE_OR_SKIP(tl, x, 0);
 
 	call_start(&rev, CALL_REVOKE, p2p, x, dma, 0, tl);
 	ASSERT_LT(0, rev.pid);

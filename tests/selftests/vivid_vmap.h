@@ -117,16 +117,10 @@ static int bounded_run(int (*fn)(void *arg, struct bctx *c), void *arg, double s
 		h.rc = fn(arg, &c);
 		h.len = (unsigned int)c.len;
 		if (c.fd_out >= 0) {
-			struct cmsghdr *cm;
-
 			h.has_fd = 1;
 			msg.msg_control = cbuf;
 			msg.msg_controllen = sizeof(cbuf);
-			cm = CMSG_FIRSTHDR(&msg);
-			cm->cmsg_level = SOL_SOCKET;
-			cm->cmsg_type = SCM_RIGHTS;
-			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &c.fd_out, sizeof(int));
+			p2pbuf_cmsg_fd(&msg, c.fd_out);
 		}
 		if (sendmsg(sv[1], &msg, 0) != sizeof(h))
 			_exit(1);

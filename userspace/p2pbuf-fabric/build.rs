@@ -139,27 +139,16 @@ fn generate(inc: &Path, out: &Path) -> Result<(), String> {
         dynamic = dynamic.allowlist_function(f);
     }
     // bindgen panics when it cannot load libclang: turn that into a fallback.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        (types.generate(), dynamic.generate())
-    }));
-    std::panic::set_hook(hook);
-    let (t, d) = match r {
-        Err(_) => {
-            return Err(
-                "bindgen could not load libclang; set LIBCLANG_PATH or run `cargo xtask setup`"
-                    .into(),
-            )
-        }
-        Ok((Err(e), _)) | Ok((_, Err(e))) => {
-            return Err(format!(
-                "bindgen failed on the headers in {}: {e}",
-                inc.display()
-            ))
-        }
-        Ok((Ok(t), Ok(d))) => (t, d),
-    };
+    let (t, d) =
+        match p2pbuf_build::catch_libclang_panic(move || (types.generate(), dynamic.generate()))? {
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(format!(
+                    "bindgen failed on the headers in {}: {e}",
+                    inc.display()
+                ))
+            }
+            (Ok(t), Ok(d)) => (t, d),
+        };
     t.write_to_file(out.join("fabric.rs"))
         .map_err(|e| e.to_string())?;
     d.write_to_file(out.join("fabric_dyn.rs"))

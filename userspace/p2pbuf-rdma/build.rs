@@ -173,25 +173,12 @@ fn generate(inc: &Path, out: &Path) -> Result<(), String> {
         cm = cm.allowlist_function(f);
     }
     // bindgen panics when it cannot load libclang: turn that into a fallback.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        (verbs.generate(), cm.generate())
-    }));
-    std::panic::set_hook(hook);
-    match r {
-        Err(p) => Err(format!(
-            "bindgen could not run ({}); set LIBCLANG_PATH or run `cargo xtask setup`",
-            p.downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied())
-                .unwrap_or("libclang not found")
-        )),
-        Ok((Err(e), _)) | Ok((_, Err(e))) => Err(format!(
+    match p2pbuf_build::catch_libclang_panic(move || (verbs.generate(), cm.generate()))? {
+        (Err(e), _) | (_, Err(e)) => Err(format!(
             "bindgen failed on the headers in {}: {e}",
             inc.display()
         )),
-        Ok((Ok(v), Ok(c))) => {
+        (Ok(v), Ok(c)) => {
             v.write_to_file(out.join("verbs.rs"))
                 .map_err(|e| e.to_string())?;
             c.write_to_file(out.join("rdmacm.rs"))

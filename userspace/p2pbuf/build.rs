@@ -64,16 +64,8 @@ fn generate(header: &Path, out: &Path) -> Result<(), String> {
         .derive_default(true)
         .generate_comments(false)
         .formatter(bindgen::Formatter::Prettyplease);
-    // bindgen panics when it cannot load libclang.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || b.generate()));
-    std::panic::set_hook(hook);
-    match r {
-        Err(_) => Err(
-            "bindgen could not load libclang (set LIBCLANG_PATH or run `cargo xtask setup`)".into(),
-        ),
-        Ok(Err(e)) => Err(format!("bindgen failed on {}: {e}", header.display())),
-        Ok(Ok(b)) => b.write_to_file(out).map_err(|e| e.to_string()),
+    match p2pbuf_build::catch_libclang_panic(move || b.generate())? {
+        Err(e) => Err(format!("bindgen failed on {}: {e}", header.display())),
+        Ok(b) => b.write_to_file(out).map_err(|e| e.to_string()),
     }
 }

@@ -132,34 +132,32 @@ fn reserved() -> Vec<&'static str> {
     v
 }
 
+/// The reference boot, and what the others share unless they say otherwise: every device
+/// behind one PCIe switch, a non-Zen CPU without an IOMMU, the lab kernel, in every run.
+const MAIN: Boot = Boot {
+    name: "main",
+    why: "the reference lab: every device behind one PCIe switch",
+    topology: Topology::Switch,
+    cpu: "max",
+    iommu: false,
+    only: &[],
+    icount: false,
+    gpu_mem_mib: None,
+    pyverbs: false,
+    kernel: Flavour::Debug,
+    opt_in: OptIn::No,
+};
+
 /// Every boot of `cargo xtask test`, in order.
 pub fn all() -> Vec<Boot> {
     vec![
-        Boot {
-            name: "main",
-            why: "the reference lab: every device behind one PCIe switch",
-            topology: Topology::Switch,
-            cpu: "max",
-            iommu: false,
-            only: &[],
-            icount: false,
-            gpu_mem_mib: None,
-            pyverbs: false,
-            kernel: Flavour::Debug,
-            opt_in: OptIn::No,
-        },
+        MAIN,
         Boot {
             name: "rootports",
             why: "each device on its own root port, non-Zen CPU: p2pdma must refuse, and say why",
             topology: Topology::Rootports,
-            cpu: "max",
-            iommu: false,
             only: TOPOLOGY_AWARE,
-            icount: false,
-            gpu_mem_mib: None,
-            pyverbs: false,
-            kernel: Flavour::Debug,
-            opt_in: OptIn::No,
+            ..MAIN
         },
         Boot {
             name: "rootports-zen-iommu",
@@ -168,66 +166,41 @@ pub fn all() -> Vec<Boot> {
             cpu: "EPYC",
             iommu: true,
             only: TOPOLOGY_AWARE,
-            icount: false,
-            gpu_mem_mib: None,
-            pyverbs: false,
-            kernel: Flavour::Debug,
-            opt_in: OptIn::No,
+            ..MAIN
         },
         Boot {
             name: "engine-icount",
             why: "the DMA engine under -icount: importer suite, copies from 1 byte to 64 MiB",
-            topology: Topology::Switch,
-            cpu: "max",
-            iommu: false,
             only: ENGINE_TESTS,
             icount: true,
-            gpu_mem_mib: None,
-            pyverbs: false,
-            kernel: Flavour::Debug,
-            opt_in: OptIn::No,
+            ..MAIN
         },
         Boot {
             name: "large-bar",
             why: "GPU-sized device memory: a 256 GiB BAR (an H200's), buffers larger than 4 GiB",
-            topology: Topology::Switch,
-            cpu: "max",
-            iommu: false,
             only: LARGE_TESTS,
-            icount: false,
             gpu_mem_mib: Some(LARGE_BAR_MIB),
-            pyverbs: false,
-            kernel: Flavour::Debug,
             // Opt-in since 2026-11-28 (`--boot large-bar`, or a `--filter` of a `large_` test):
             // 10 to 13 min under TCG (the REVOKE of 64 Mi pages alone 227 s) would take a cold
             // `bash .ci/run` past 60 min (cold kernel 16 min + install check + 39 min of boots).
             opt_in: OptIn::NameOrFilter,
+            ..MAIN
         },
         Boot {
             name: "pyverbs",
             why: "rdma-core's own test suite (tests/run_tests.py, pyverbs) on rxe0, dma-bufs from udmabuf and p2pbuf",
-            topology: Topology::Switch,
-            cpu: "max",
-            iommu: false,
             only: PYVERBS_TESTS,
-            icount: false,
-            gpu_mem_mib: None,
             pyverbs: true,
-            kernel: Flavour::Debug,
             opt_in: OptIn::NameOrFilter,
+            ..MAIN
         },
         Boot {
             name: "kcsan",
             why: "the race tests on the KCSAN kernel (KCSAN instead of KASAN): a data race in the modules or the series fails it, others are listed",
-            topology: Topology::Switch,
-            cpu: "max",
-            iommu: false,
             only: KCSAN_TESTS,
-            icount: false,
-            gpu_mem_mib: None,
-            pyverbs: false,
             kernel: Flavour::Kcsan,
             opt_in: OptIn::Name,
+            ..MAIN
         },
     ]
 }
@@ -340,8 +313,13 @@ pub fn select(
 mod tests {
     use super::*;
 
-    fn names(v: &[Boot]) -> Vec<&str> {
+    fn names(v: &[Boot]) -> Vec<&'static str> {
         v.iter().map(|b| b.name).collect()
+    }
+
+    /// The names of the boots [`select`] chooses.
+    fn chosen(boots: &[String], filter: Option<&str>, tests: &[String]) -> Vec<&'static str> {
+        names(&select(boots, filter, tests).unwrap())
     }
 
     #[test]
@@ -413,52 +391,37 @@ mod tests {
         let tests: Vec<String> = ["exporter", "topo_x", "cli_2_nvme"]
             .map(String::from)
             .to_vec();
+        assert_eq!(chosen(&[], Some("exporter"), &tests), ["main"]);
         assert_eq!(
-            names(&select(&[], Some("exporter"), &tests).unwrap()),
-            ["main"]
-        );
-        assert_eq!(
-            names(&select(&[], Some("topo_"), &tests).unwrap()),
+            chosen(&[], Some("topo_"), &tests),
             ["rootports", "rootports-zen-iommu"]
         );
-        assert_eq!(
-            names(&select(&[], Some("kunit"), &tests).unwrap()),
-            ["main"]
-        );
+        assert_eq!(chosen(&[], Some("kunit"), &tests), ["main"]);
         // main, rootports, rootports-zen-iommu, engine-icount: large-bar, pyverbs and kcsan
         // are opt-in.
         assert_eq!(
-            names(&select(&[], None, &tests).unwrap()),
+            chosen(&[], None, &tests),
             ["main", "rootports", "rootports-zen-iommu", "engine-icount"]
         );
         // large-bar: by name, or by a filter of one of its tests.
         let with_large: Vec<String> = ["exporter", "large_bar"].map(String::from).to_vec();
+        assert_eq!(chosen(&[], Some("large_"), &with_large), ["large-bar"]);
         assert_eq!(
-            names(&select(&[], Some("large_"), &with_large).unwrap()),
-            ["large-bar"]
-        );
-        assert_eq!(
-            names(&select(&["large-bar".into()], None, &with_large).unwrap()),
+            chosen(&["large-bar".into()], None, &with_large),
             ["large-bar"]
         );
         // The pyverbs boot: by name or by a filter of its test, never by default.
         let with_py: Vec<String> = ["exporter", "pyverbs_tests"].map(String::from).to_vec();
-        assert!(!names(&select(&[], None, &with_py).unwrap()).contains(&"pyverbs"));
-        assert_eq!(
-            names(&select(&[], Some("pyverbs"), &with_py).unwrap()),
-            ["pyverbs"]
-        );
-        assert_eq!(
-            names(&select(&["pyverbs".into()], None, &with_py).unwrap()),
-            ["pyverbs"]
-        );
+        assert!(!chosen(&[], None, &with_py).contains(&"pyverbs"));
+        assert_eq!(chosen(&[], Some("pyverbs"), &with_py), ["pyverbs"]);
+        assert_eq!(chosen(&["pyverbs".into()], None, &with_py), ["pyverbs"]);
         assert!(!all()[0].selects("pyverbs_tests", None));
         assert_eq!(
-            names(&select(&[], Some("importer"), &["importer".to_string()]).unwrap()),
+            chosen(&[], Some("importer"), &["importer".to_string()]),
             ["engine-icount"]
         );
         assert_eq!(
-            names(&select(&[], Some("large_"), &["large_bar".to_string()]).unwrap()),
+            chosen(&[], Some("large_"), &["large_bar".to_string()]),
             ["large-bar"]
         );
         assert!(select(&["nope".into()], None, &tests).is_err());
@@ -501,21 +464,12 @@ mod tests {
         let tests: Vec<String> = ["exporter", "races", "vivid_vmap", "pyverbs_tests"]
             .map(String::from)
             .to_vec();
-        assert!(!names(&select(&[], None, &tests).unwrap()).contains(&"kcsan"));
+        assert!(!chosen(&[], None, &tests).contains(&"kcsan"));
+        assert_eq!(chosen(&[], Some("races"), &tests), ["main"]);
+        assert_eq!(chosen(&["kcsan".into()], None, &tests), ["kcsan"]);
+        assert_eq!(chosen(&["kcsan".into()], Some("vivid"), &tests), ["kcsan"]);
         assert_eq!(
-            names(&select(&[], Some("races"), &tests).unwrap()),
-            ["main"]
-        );
-        assert_eq!(
-            names(&select(&["kcsan".into()], None, &tests).unwrap()),
-            ["kcsan"]
-        );
-        assert_eq!(
-            names(&select(&["kcsan".into()], Some("vivid"), &tests).unwrap()),
-            ["kcsan"]
-        );
-        assert_eq!(
-            names(&select(&["main".into(), "kcsan".into()], None, &tests).unwrap()),
+            chosen(&["main".into(), "kcsan".into()], None, &tests),
             ["main", "kcsan"]
         );
     }

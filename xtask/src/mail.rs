@@ -133,6 +133,28 @@ pub fn has_fixes_tag(text: &str) -> bool {
         .any(|l| l.starts_with("Fixes: "))
 }
 
+/// The subject of a `git format-patch` mail, as `git am` takes it: the `Subject:` header with
+/// its folded lines joined and the `[PATCH ...]` prefix dropped (None without the header, or
+/// with an unclosed prefix). It does not decode RFC 2047 words: given `git mailinfo`'s output
+/// (decoded, unfolded, the prefix already dropped) it returns that output's subject.
+pub fn patch_subject(text: &str) -> Option<String> {
+    let mut lines = text.lines();
+    let mut subject = lines.find_map(|l| l.strip_prefix("Subject: "))?.to_string();
+    for l in lines {
+        match l.strip_prefix(' ') {
+            Some(more) if !l.trim().is_empty() => {
+                subject.push(' ');
+                subject.push_str(more.trim());
+            }
+            _ => break,
+        }
+    }
+    match subject.strip_prefix('[') {
+        Some(rest) => Some(rest.split_once("] ")?.1.to_string()),
+        None => Some(subject),
+    }
+}
+
 /// `msg` with `trailers` appended after its existing trailers by `git interpret-trailers`,
 /// each only if the message does not already carry it (so never a second identical
 /// `Signed-off-by:`).
@@ -216,6 +238,25 @@ pub fn is_kernel_doc_warning(l: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patch_subjects_of_mails_and_of_mailinfo_output() {
+        let text = "From 0 Mon\nSubject: [PATCH v2 3/5] rust: dma-buf: add\n the lock\n\nbody\n";
+        assert_eq!(
+            patch_subject(text).as_deref(),
+            Some("rust: dma-buf: add the lock")
+        );
+        assert_eq!(
+            patch_subject("Subject: PCI: x\n\n").as_deref(),
+            Some("PCI: x")
+        );
+        assert_eq!(patch_subject("Subject: [PATCH x\n"), None);
+        assert_eq!(patch_subject("From 0 Mon\n\nbody\n"), None);
+        // `git mailinfo`'s output: decoded, unfolded, the prefix dropped.
+        let info =
+            "Author: Jöran Doe\nEmail: j@kernel.org\nSubject: PCI: Jöran's fix\nDate: Mon\n\n";
+        assert_eq!(patch_subject(info).as_deref(), Some("PCI: Jöran's fix"));
+    }
 
     #[test]
     fn identities_and_refusal() {

@@ -119,9 +119,36 @@ pub fn bindgen_builder(inc: &Path) -> bindgen::Builder {
     b
 }
 
+/// Runs `generate` (the `bindgen::Builder::generate` calls of a build script) with bindgen's
+/// panic when it cannot load libclang turned into an error that says so (the panic's message,
+/// and what to do), the panic itself not printed.
+pub fn catch_libclang_panic<T>(generate: impl FnOnce() -> T) -> Result<T, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(generate));
+    std::panic::set_hook(hook);
+    r.map_err(|p| {
+        format!(
+            "bindgen could not run ({}); set LIBCLANG_PATH or run `cargo xtask setup`",
+            p.downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("libclang not found")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_of_generate_is_an_error_that_says_what_to_do() {
+        assert_eq!(catch_libclang_panic(|| 7), Ok(7));
+        let e = catch_libclang_panic(|| -> u32 { panic!("Unable to find libclang") }).unwrap_err();
+        assert!(e.contains("(Unable to find libclang)"), "{e}");
+        assert!(e.contains("cargo xtask setup"), "{e}");
+    }
 
     #[test]
     fn finds_headers_in_a_named_root_first() {

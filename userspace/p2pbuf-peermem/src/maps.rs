@@ -661,13 +661,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_kept_maps_file_of_another_process_is_replaced() {
+    /// A MiB of heap and its address and length, looked up once with PROCMAP_QUERY (which keeps
+    /// the maps file open); None where the kernel has no PROCMAP_QUERY.
+    fn queried_heap() -> Option<(Vec<u8>, u64, u64)> {
         let v = vec![1u8; 1 << 20];
         let (a, l) = (v.as_ptr() as u64, v.len() as u64);
-        if lookup_self_query(a, l).is_none() {
+        lookup_self_query(a, l).map(|_| (v, a, l))
+    }
+
+    #[test]
+    fn a_kept_maps_file_of_another_process_is_replaced() {
+        let Some((_v, a, l)) = queried_heap() else {
             return;
-        }
+        };
         // As after a fork: the kept file was opened by another pid (here: says it was).
         if let Some(m) = MAPS_FILE.lock().unwrap().as_mut() {
             m.pid = m.pid.wrapping_add(1);
@@ -683,11 +689,9 @@ mod tests {
     #[test]
     fn the_kept_maps_file_is_not_closed_once_its_number_is_someone_elses() {
         use std::os::fd::{AsRawFd, FromRawFd};
-        let v = vec![1u8; 1 << 20];
-        let (a, l) = (v.as_ptr() as u64, v.len() as u64);
-        if lookup_self_query(a, l).is_none() {
+        let Some((_v, a, l)) = queried_heap() else {
             return;
-        }
+        };
         // Another thread's program closes "our" fd and opens something else under its number.
         let g = MAPS_FILE.lock().unwrap();
         let raw = g.as_ref().unwrap().file.as_raw_fd();

@@ -49,24 +49,10 @@ pub(super) fn doc_rows(doc: &str) -> Vec<Row> {
         .collect()
 }
 
-/// A format-patch file's row: its subject (folded lines joined, `[PATCH ...]` dropped) and the
-/// counts of its diffstat summary line.
+/// A format-patch file's row: its subject ([`crate::mail::patch_subject`]) and the counts of its
+/// diffstat summary line.
 pub(super) fn patch_row(series: u32, text: &str) -> Option<Row> {
-    let mut lines = text.lines();
-    let mut subject = lines.find_map(|l| l.strip_prefix("Subject: "))?.to_string();
-    for l in lines.by_ref() {
-        match l.strip_prefix(' ') {
-            Some(more) if !l.trim().is_empty() => {
-                subject.push(' ');
-                subject.push_str(more.trim());
-            }
-            _ => break,
-        }
-    }
-    let subject = match subject.strip_prefix('[') {
-        Some(rest) => rest.split_once("] ")?.1.to_string(),
-        None => subject,
-    };
+    let subject = crate::mail::patch_subject(text)?;
     let stat = text.lines().find(|l| {
         l.contains(" changed") && (l.contains("file changed") || l.contains("files changed"))
     })?;

@@ -81,10 +81,7 @@ fn stored_subject(ctx: &Ctx, file: &Path) -> Result<String> {
             .stdin(mail),
     )
     .with_context(|| format!("{}: not a patch mail", file.display()))?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("Subject: "))
-        .map(str::to_string)
-        .with_context(|| format!("{}: no Subject:", file.display()))
+    mail::patch_subject(&info).with_context(|| format!("{}: no Subject:", file.display()))
 }
 
 /// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`).

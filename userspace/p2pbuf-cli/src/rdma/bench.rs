@@ -148,6 +148,24 @@ fn time_reg<M, T, E>(
     Ok(Ok(back))
 }
 
+/// The `BENCH rdma_reg` line of one sample: the medians of its registrations and
+/// deregistrations, when all `rounds` of them succeeded (nothing otherwise).
+fn print_reg_sample(
+    kind: &str,
+    size: usize,
+    rep: u32,
+    rounds: usize,
+    (reg, dereg): (&mut [f64], &mut [f64]),
+) {
+    if reg.len() == rounds {
+        println!(
+            "BENCH rdma_reg kind={kind} size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
+            median(reg),
+            median(dereg)
+        );
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -293,13 +311,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                         }
                     }
                 }
-                if reg.len() == rounds {
-                    println!(
-                        "BENCH rdma_reg kind={kind} size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                        median(&mut reg),
-                        median(&mut dereg)
-                    );
-                }
+                print_reg_sample(kind, size, rep, rounds, (&mut reg, &mut dereg));
             }
             if a.cold && host_ok {
                 let (mut reg, mut dereg) = (Vec::new(), Vec::new());
@@ -315,13 +327,7 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
                         break;
                     }
                 }
-                if reg.len() == rounds {
-                    println!(
-                        "BENCH rdma_reg kind=host_cold size={size} rep={rep} reg_us={:.1} dereg_us={:.1}",
-                        median(&mut reg),
-                        median(&mut dereg)
-                    );
-                }
+                print_reg_sample("host_cold", size, rep, rounds, (&mut reg, &mut dereg));
             }
         }
         progress("freeing the buffers (not timed)");

@@ -177,6 +177,17 @@ const DMA_HEAP_IOCTL_ALLOC: Opcode = linux_raw_sys::ioctl::DMA_HEAP_IOCTL_ALLOC 
 // `_IOWR('H', 0x0, struct dma_heap_allocation_data)`.
 const _: () = assert!(opcode::read_write::<DmaHeapAllocationData>(b'H', 0) == DMA_HEAP_IOCTL_ALLOC);
 
+/// `ioctl(fd, OPCODE, arg)` for a request that reads and writes (or only reads) its argument
+/// in place: `Updater` passes the kernel a pointer to `arg`, valid for the call.
+///
+/// # Safety
+///
+/// `OPCODE`'s argument must be a `T`: the kernel reads and writes `size_of::<T>()` bytes.
+unsafe fn update<const OPCODE: Opcode, T>(fd: BorrowedFd<'_>, arg: &mut T) -> Result<(), Errno> {
+    // SAFETY: the caller's.
+    unsafe { rustix::ioctl::ioctl(fd, rustix::ioctl::Updater::<OPCODE, _>::new(arg)) }
+}
+
 /// `ioctl(heap, DMA_HEAP_IOCTL_ALLOC, {len, O_RDWR | O_CLOEXEC})`: a new dma-buf of `len`
 /// bytes from the heap `heap` (a `/dev/dma_heap/NAME` fd).
 pub(crate) fn dma_heap_alloc(heap: BorrowedFd<'_>, len: u64) -> Result<OwnedFd, Errno> {
@@ -186,13 +197,8 @@ pub(crate) fn dma_heap_alloc(heap: BorrowedFd<'_>, len: u64) -> Result<OwnedFd, 
         ..Default::default()
     };
     // SAFETY: DMA_HEAP_IOCTL_ALLOC reads and writes a `struct dma_heap_allocation_data`
-    // (layout checked above) during the call; `Updater` passes a pointer to `arg`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            heap,
-            rustix::ioctl::Updater::<DMA_HEAP_IOCTL_ALLOC, _>::new(&mut arg),
-        )
-    }?;
+    // (layout checked above).
+    unsafe { update::<DMA_HEAP_IOCTL_ALLOC, _>(heap, &mut arg) }?;
     // SAFETY: on success the kernel installed a new fd for the buffer in `arg.fd`, owned by
     // nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(arg.fd as RawFd) })
@@ -206,16 +212,23 @@ pub(crate) mod uapi {
     include!(concat!(env!("OUT_DIR"), "/p2pbuf_uapi.rs"));
 }
 
+/// The request numbers of the p2pbuf uAPI.
 #[cfg(p2pbuf_uapi)]
-const P2PBUF_IOCTL_INFO: Opcode = uapi::P2PBUF_REQUEST_INFO as Opcode;
+mod request {
+    use super::{uapi, Opcode};
+    pub(super) const P2PBUF_IOCTL_INFO: Opcode = uapi::P2PBUF_REQUEST_INFO as Opcode;
+    pub(super) const P2PBUF_IOCTL_PROVIDER_INFO: Opcode =
+        uapi::P2PBUF_REQUEST_PROVIDER_INFO as Opcode;
+    pub(super) const P2PBUF_IOCTL_ALLOC: Opcode = uapi::P2PBUF_REQUEST_ALLOC as Opcode;
+    pub(super) const P2PBUF_IOCTL_REVOKE: Opcode = uapi::P2PBUF_REQUEST_REVOKE as Opcode;
+    pub(super) const P2PBUF_IOCTL_REFUSAL: Opcode = uapi::P2PBUF_REQUEST_REFUSAL as Opcode;
+    pub(super) const P2PBUF_DMA_IOCTL_IMPORT: Opcode = uapi::P2PBUF_REQUEST_DMA_IMPORT as Opcode;
+    pub(super) const P2PBUF_DMA_IOCTL_RELEASE: Opcode = uapi::P2PBUF_REQUEST_DMA_RELEASE as Opcode;
+    pub(super) const P2PBUF_DMA_IOCTL_COPY: Opcode = uapi::P2PBUF_REQUEST_DMA_COPY as Opcode;
+}
 #[cfg(p2pbuf_uapi)]
-const P2PBUF_IOCTL_PROVIDER_INFO: Opcode = uapi::P2PBUF_REQUEST_PROVIDER_INFO as Opcode;
-#[cfg(p2pbuf_uapi)]
-const P2PBUF_IOCTL_ALLOC: Opcode = uapi::P2PBUF_REQUEST_ALLOC as Opcode;
-#[cfg(p2pbuf_uapi)]
-const P2PBUF_IOCTL_REVOKE: Opcode = uapi::P2PBUF_REQUEST_REVOKE as Opcode;
-#[cfg(p2pbuf_uapi)]
-const P2PBUF_IOCTL_REFUSAL: Opcode = uapi::P2PBUF_REQUEST_REFUSAL as Opcode;
+use request::*;
+
 // The header's `_IOWR`/`_IOW(P2PBUF_IOCTL_MAGIC, nr, struct ...)`: direction and the size of
 // the struct's first version in the number; rustix's encoding of the same must agree (this
 // also checks that the generated structs have the sizes the numbers were made with).
@@ -234,32 +247,33 @@ const _: () = {
     assert!(opcode::read_write::<uapi::p2pbuf_dma_copy>(M, 0x12) == P2PBUF_DMA_IOCTL_COPY);
 };
 
-/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_INFO, &info)`.
-#[cfg(p2pbuf_uapi)]
-pub(crate) fn p2pbuf_info(dev: BorrowedFd<'_>, arg: &mut uapi::p2pbuf_info) -> Result<(), Errno> {
-    // SAFETY: P2PBUF_IOCTL_INFO reads and writes a `struct p2pbuf_info`, which `arg` is
-    // (generated from the same header); the kernel checks `size`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_IOCTL_INFO, _>::new(arg),
-        )
-    }
+/// The p2pbuf requests whose argument the kernel reads and writes (or only reads) in place, each
+/// as `fn name(dev, &mut uapi::struct_name)`.
+macro_rules! p2pbuf_ioctls {
+    ($($(#[$doc:meta])* fn $name:ident($opcode:ident, $arg:ident);)*) => {$(
+        $(#[$doc])*
+        #[cfg(p2pbuf_uapi)]
+        pub(crate) fn $name(dev: BorrowedFd<'_>, arg: &mut uapi::$arg) -> Result<(), Errno> {
+            // SAFETY: the request's argument is this struct, generated from the same header
+            // (its size checked against the request number above); the kernel checks `size`.
+            unsafe { update::<$opcode, _>(dev, arg) }
+        }
+    )*};
 }
 
-/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_PROVIDER_INFO, &info)`.
-#[cfg(p2pbuf_uapi)]
-pub(crate) fn p2pbuf_provider_info(
-    dev: BorrowedFd<'_>,
-    arg: &mut uapi::p2pbuf_provider_info,
-) -> Result<(), Errno> {
-    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_provider_info`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_IOCTL_PROVIDER_INFO, _>::new(arg),
-        )
-    }
+p2pbuf_ioctls! {
+    /// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_INFO, &info)`.
+    fn p2pbuf_info(P2PBUF_IOCTL_INFO, p2pbuf_info);
+    /// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_PROVIDER_INFO, &info)`.
+    fn p2pbuf_provider_info(P2PBUF_IOCTL_PROVIDER_INFO, p2pbuf_provider_info);
+    /// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REVOKE, &revoke)` (the kernel only reads it).
+    fn p2pbuf_revoke(P2PBUF_IOCTL_REVOKE, p2pbuf_revoke);
+    /// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REFUSAL, &refusal)`.
+    fn p2pbuf_refusal(P2PBUF_IOCTL_REFUSAL, p2pbuf_refusal);
+    /// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_IMPORT, &import)`.
+    fn p2pbuf_dma_import(P2PBUF_DMA_IOCTL_IMPORT, p2pbuf_dma_import);
+    /// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_RELEASE, &release)` (the kernel only reads it).
+    fn p2pbuf_dma_release(P2PBUF_DMA_IOCTL_RELEASE, p2pbuf_dma_release);
 }
 
 /// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_ALLOC, &alloc)`: the new dma-buf fd, owned.
@@ -268,87 +282,14 @@ pub(crate) fn p2pbuf_alloc(
     dev: BorrowedFd<'_>,
     arg: &mut uapi::p2pbuf_alloc,
 ) -> Result<OwnedFd, Errno> {
-    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_alloc`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_IOCTL_ALLOC, _>::new(arg),
-        )
-    }?;
+    // SAFETY: as in `p2pbuf_ioctls!`, for `struct p2pbuf_alloc`.
+    unsafe { update::<P2PBUF_IOCTL_ALLOC, _>(dev, arg) }?;
     if arg.fd < 0 {
         return Err(Errno::BADF);
     }
     // SAFETY: on success the kernel installed a new fd in `arg.fd` for this call, which
     // nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
-}
-
-/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REVOKE, &revoke)`.
-#[cfg(p2pbuf_uapi)]
-pub(crate) fn p2pbuf_revoke(
-    dev: BorrowedFd<'_>,
-    arg: &mut uapi::p2pbuf_revoke,
-) -> Result<(), Errno> {
-    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_revoke` (the kernel only reads it).
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_IOCTL_REVOKE, _>::new(arg),
-        )
-    }
-}
-
-/// `ioctl(/dev/p2pbuf, P2PBUF_IOCTL_REFUSAL, &refusal)`.
-#[cfg(p2pbuf_uapi)]
-pub(crate) fn p2pbuf_refusal(
-    dev: BorrowedFd<'_>,
-    arg: &mut uapi::p2pbuf_refusal,
-) -> Result<(), Errno> {
-    // SAFETY: as `p2pbuf_info`, for `struct p2pbuf_refusal`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_IOCTL_REFUSAL, _>::new(arg),
-        )
-    }
-}
-
-#[cfg(p2pbuf_uapi)]
-const P2PBUF_DMA_IOCTL_IMPORT: Opcode = uapi::P2PBUF_REQUEST_DMA_IMPORT as Opcode;
-#[cfg(p2pbuf_uapi)]
-const P2PBUF_DMA_IOCTL_RELEASE: Opcode = uapi::P2PBUF_REQUEST_DMA_RELEASE as Opcode;
-#[cfg(p2pbuf_uapi)]
-const P2PBUF_DMA_IOCTL_COPY: Opcode = uapi::P2PBUF_REQUEST_DMA_COPY as Opcode;
-
-/// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_IMPORT, &import)`.
-#[cfg(p2pbuf_uapi)]
-pub(crate) fn p2pbuf_dma_import(
-    dev: BorrowedFd<'_>,
-    arg: &mut uapi::p2pbuf_dma_import,
-) -> Result<(), Errno> {
-    // SAFETY: P2PBUF_DMA_IOCTL_IMPORT reads and writes a `struct p2pbuf_dma_import`, which
-    // `arg` is (generated from the same header); the kernel checks `size`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_DMA_IOCTL_IMPORT, _>::new(arg),
-        )
-    }
-}
-
-/// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_RELEASE, &release)`.
-#[cfg(p2pbuf_uapi)]
-pub(crate) fn p2pbuf_dma_release(
-    dev: BorrowedFd<'_>,
-    arg: &mut uapi::p2pbuf_dma_release,
-) -> Result<(), Errno> {
-    // SAFETY: as `p2pbuf_dma_import`, for `struct p2pbuf_dma_release`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_DMA_IOCTL_RELEASE, _>::new(arg),
-        )
-    }
 }
 
 /// `ioctl(/dev/p2pbuf-dma, P2PBUF_DMA_IOCTL_COPY, &copy)`: the bytes copied (the ioctl's
@@ -358,13 +299,8 @@ pub(crate) fn p2pbuf_dma_copy(
     dev: BorrowedFd<'_>,
     arg: &mut uapi::p2pbuf_dma_copy,
 ) -> Result<u64, Errno> {
-    // SAFETY: as `p2pbuf_dma_import`, for `struct p2pbuf_dma_copy`.
-    unsafe {
-        rustix::ioctl::ioctl(
-            dev,
-            rustix::ioctl::Updater::<P2PBUF_DMA_IOCTL_COPY, _>::new(arg),
-        )
-    }?;
+    // SAFETY: as in `p2pbuf_ioctls!`, for `struct p2pbuf_dma_copy`.
+    unsafe { update::<P2PBUF_DMA_IOCTL_COPY, _>(dev, arg) }?;
     Ok(arg.copied)
 }
 
