@@ -7,7 +7,10 @@
 //!   needs to apply or build), `stable` (add `Cc: stable@vger.kernel.org` to every patch
 //!   with a `Fixes:` tag), optionally `prefix` (the subject prefix, `PATCH` unless set, e.g. `RFC PATCH`) and
 //!   `patches` (how many commits of a branch `--update-from` gives it, when that is not the
-//!   number of patch files it holds, i.e. when a series gains or loses patches);
+//!   number of patch files it holds, i.e. when a series gains or loses patches), and
+//!   optionally `unused_ok`, the new public Rust items the series holds back without an
+//!   in-tree user, each with why (`[{ item = "Type::method", why = "..." }]`, checked by
+//!   `patches::api_users`);
 //! - `cover-letter.txt`: the cover letter's subject on the first line, a blank line, the body;
 //! - its patches, `git format-patch` files without any `Signed-off-by:` (the person who
 //!   emits the series adds theirs).
@@ -21,7 +24,23 @@ use std::path::{Path, PathBuf};
 pub const SERIES_DIR: &str = "linux/series";
 
 /// The keys `series.toml` may have: anything else is a typo and refused.
-const KEYS: [&str; 5] = ["tree", "depends", "stable", "prefix", "patches"];
+const KEYS: [&str; 6] = [
+    "tree",
+    "depends",
+    "stable",
+    "prefix",
+    "patches",
+    "unused_ok",
+];
+
+/// An entry of `unused_ok`: a new public Rust item of the series that has no user in the
+/// kernel tree on purpose, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    /// The item as the check names it: `name`, or `Type::name` for an associated item.
+    pub item: String,
+    pub why: String,
+}
 
 /// What `series.toml` says.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -31,6 +50,7 @@ pub struct Meta {
     pub stable: bool,
     pub prefix: Option<String>,
     pub patches: Option<usize>,
+    pub unused_ok: Vec<HeldBack>,
 }
 
 /// One series: its directory, its metadata and its stored patch files (sorted).
@@ -97,12 +117,47 @@ pub fn parse_meta(text: &str) -> Result<Meta> {
         Some(toml::Value::Integer(n)) if *n >= 0 => Some(*n as usize),
         Some(_) => bail!("`patches` must be a number of patches (0 or more)"),
     };
+    let unused_ok = match t.get("unused_ok") {
+        None => vec![],
+        Some(toml::Value::Array(a)) => a.iter().map(held_back).collect::<Result<_>>()?,
+        Some(_) => {
+            bail!("`unused_ok` must be an array of {{ item = \"Type::name\", why = \"...\" }}")
+        }
+    };
+    let mut seen: Vec<&str> = unused_ok
+        .iter()
+        .map(|h: &HeldBack| h.item.as_str())
+        .collect();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        bail!("`unused_ok` lists `{}` twice", w[0]);
+    }
     Ok(Meta {
         tree,
         depends,
         stable,
         prefix,
         patches,
+        unused_ok,
+    })
+}
+
+/// One entry of `unused_ok`: a table with a non-empty `item` and `why`, nothing else.
+fn held_back(v: &toml::Value) -> Result<HeldBack> {
+    let form = "each entry of `unused_ok` is { item = \"Type::name\", why = \"...\" }";
+    let toml::Value::Table(t) = v else {
+        bail!("{form}")
+    };
+    if let Some(k) = t.keys().find(|k| *k != "item" && *k != "why") {
+        bail!("{form}: unknown key `{k}`");
+    }
+    let field = |k: &str| match t.get(k) {
+        Some(toml::Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+        _ => bail!("{form}: `{k}` must be a non-empty string"),
+    };
+    Ok(HeldBack {
+        item: field("item")?,
+        why: field("why")?,
     })
 }
 
@@ -326,7 +381,25 @@ mod tests {
                 stable: true,
                 prefix: Some("RFC PATCH".into()),
                 patches: Some(3),
+                unused_ok: vec![],
             }
+        );
+        let m = parse_meta(
+            "tree = \"x\"\nunused_ok = [\n  { item = \"A::f\", why = \"later\" },\n  { item = \"g\", why = \"w\" },\n]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m.unused_ok,
+            [
+                HeldBack {
+                    item: "A::f".into(),
+                    why: "later".into()
+                },
+                HeldBack {
+                    item: "g".into(),
+                    why: "w".into()
+                }
+            ]
         );
         let m = parse_meta("tree = \"pci\"\n").unwrap();
         assert_eq!((m.depends.len(), m.stable, m.patches), (0, false, None));
@@ -337,6 +410,17 @@ mod tests {
             ("tree = \"x\"\ndepends = [1]\n", "array of series names"),
             ("tree = \"x\"\nstable = \"yes\"\n", "true or false"),
             ("tree = \"x\"\npatches = -1\n", "number of patches"),
+            ("tree = \"x\"\nunused_ok = \"f\"\n", "must be an array"),
+            ("tree = \"x\"\nunused_ok = [\"f\"]\n", "each entry"),
+            ("tree = \"x\"\nunused_ok = [{ item = \"f\" }]\n", "`why` must be"),
+            (
+                "tree = \"x\"\nunused_ok = [{ item = \"f\", why = \"w\", x = 1 }]\n",
+                "unknown key `x`",
+            ),
+            (
+                "tree = \"x\"\nunused_ok = [{ item = \"f\", why = \"a\" }, { item = \"f\", why = \"b\" }]\n",
+                "lists `f` twice",
+            ),
             ("tree = ", "not valid TOML"),
         ] {
             let e = format!("{:#}", parse_meta(text).unwrap_err());

@@ -1,9 +1,11 @@
 //! `cargo xtask patches`: each series of `linux/series/` as `git format-patch` output with its
 //! cover letter, signed off by the person who runs it, addressed with `get_maintainer.pl`,
-//! checked as reviewers check it (checkpatch.pl --strict, kernel-doc, rustfmt), optionally
+//! checked as reviewers check it (checkpatch.pl --strict, kernel-doc, rustfmt, every new
+//! public Rust item with an in-tree user: `api_users`), optionally
 //! applied with `git am` to a pristine worktree on top of what it depends on and built at
 //! every step. `--update-from` first exports a kernel-tree branch back into the series.
 
+mod api_users;
 mod build_each;
 mod check;
 #[cfg(test)]
@@ -272,6 +274,32 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
         export(ctx, &all, branch, &me)?;
         all = series::load(&ctx.root)?;
     }
+    let api = api_users::check_series(&all)?;
+    let list = |v: &[api_users::Found]| {
+        v.iter()
+            .map(|f| f.item.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "    new public Rust items: {}; without an in-tree user: {} held back (unused_ok), {} \
+         not",
+        api.items,
+        api.held.len(),
+        api.unused.len()
+    );
+    if !api.test_only.is_empty() {
+        println!("    used by KUnit tests only: {}", list(&api.test_only));
+    }
+    if !api.ambiguous.is_empty() {
+        println!(
+            "    used only through a method name other types have too (not proven): {}",
+            list(&api.ambiguous)
+        );
+    }
+    if !api.ok() {
+        println!("    \x1b[33mwarning\x1b[0m: {}", api.failure().trim_end());
+    }
     // The lab tree (all series, in order) is also where get_maintainer.pl reads MAINTAINERS.
     apply_series(ctx)?;
     let _ = fs::remove_dir_all(&o.out);
@@ -361,6 +389,9 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
             failures.len(),
             failures.join("\n  ")
         );
+    }
+    if !api.ok() {
+        bail!("every new API has an in-tree user: {}", api.failure());
     }
     Ok(())
 }
