@@ -17,10 +17,7 @@
 //! [`ratelimit`] (log messages that users can cause).
 
 use kernel::{
-    dma_buf::{
-        export::Exported,
-        DmaBuf,
-    },
+    dma_buf::{export::Exported, DmaBuf},
     driver,
     fs::{file::FileDescriptorReservation, File},
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
