@@ -22,7 +22,7 @@ use crate::verbs::{errnos::*, os_error, Context, Pd, NO_DEVICE_CHECK};
 
 mod connection;
 
-pub use connection::{Connection, Op};
+pub use connection::{Connection, Op, Transfer};
 
 /// Largest private data of an RC connect/accept that fits every transport (IB REP: 196).
 pub const MAX_PRIVATE_DATA: usize = 196;

@@ -31,7 +31,7 @@ mod sys;
 pub mod verbs;
 pub mod wc;
 
-pub use cm::{Connection, Listener, Op};
+pub use cm::{Connection, Listener, Op, Transfer};
 pub use sys::ffi;
 pub use verbs::{device_names, Access, Context, Cq, HostBuf, HostMr, Mr, MrInfo, MrKind, Pd};
 pub use wc::WcStatus;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use p2pbuf::{Error, Result};
 use serde::Serialize;
 
-use crate::cm::{self, Listener, Op};
+use crate::cm::{self, Listener, Op, Transfer};
 use crate::verbs::{Access, HostBuf, MrInfo, MrKind, Pd};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"P2PB");
@@ -515,18 +515,24 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
     let info = local.info();
     let repeat = o.repeat.max(1);
     let remote = hello.addr.wrapping_add(o.offset);
+    let xfer = Transfer {
+        op: o.op,
+        local: &info,
+        local_off: 0,
+        len: o.len,
+        remote_addr: remote,
+        rkey: hello.rkey,
+    };
     let t = Instant::now();
     if repeat == 1 && o.progress.is_none() {
-        conn.rdma(o.op, &info, 0, o.len, remote, hello.rkey)?;
+        conn.rdma(xfer)?;
     } else {
         let mut cb = |n: u64| {
             if let Some(f) = o.progress {
                 f(n)
             }
         };
-        conn.rdma_many(
-            o.op, &info, 0, o.len, remote, hello.rkey, repeat, o.depth, &mut cb,
-        )?;
+        conn.rdma_many(xfer, repeat, o.depth, &mut cb)?;
     }
     let seconds = t.elapsed().as_secs_f64();
     let bytes = local.buf().as_slice();

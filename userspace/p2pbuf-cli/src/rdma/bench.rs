@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::session::{self, ServerMemory};
-use p2pbuf_rdma::{cm, Access, Context, HostBuf, Listener, MrInfo, Op, Pd};
+use p2pbuf_rdma::{cm, Access, Context, HostBuf, Listener, MrInfo, Op, Pd, Transfer};
 
 /// Host memory of `size` bytes, from [`p2pbuf::memory`] as every command gets its memory.
 fn host_mem(size: usize) -> p2pbuf::Result<HostBuf> {
@@ -454,8 +454,15 @@ fn point(
 ) -> p2pbuf::Result<(f64, f64)> {
     // `count` writes of `size` bytes from the start of `local` to the server's buffer.
     let writes = |count, depth, on_done: &mut dyn FnMut(u64)| {
-        let (addr, rkey) = (hello.addr, hello.rkey);
-        conn.rdma_many(Op::Write, local, 0, size, addr, rkey, count, depth, on_done)
+        let xfer = Transfer {
+            op: Op::Write,
+            local,
+            local_off: 0,
+            len: size,
+            remote_addr: hello.addr,
+            rkey: hello.rkey,
+        };
+        conn.rdma_many(xfer, count, depth, on_done)
     };
     let lat_n = (2u64 << 20).checked_div(size).unwrap_or(1).clamp(2, 32);
     let mut times = Vec::with_capacity(lat_n as usize);

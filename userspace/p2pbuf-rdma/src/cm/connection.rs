@@ -49,6 +49,33 @@ pub enum Op {
     Read,
 }
 
+/// One RDMA WRITE or READ of `len` bytes between a region of ours, `local` at `local_off`,
+/// and the peer's region at `remote_addr`/`rkey`.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    /// WRITE (local to remote) or READ (remote to local).
+    pub op: Op,
+    /// The local region.
+    pub local: &'a MrInfo,
+    /// Offset in `local` of the first byte.
+    pub local_off: u64,
+    /// Number of bytes.
+    pub len: u64,
+    /// The peer's address of the first byte.
+    pub remote_addr: u64,
+    /// The peer's key for its region.
+    pub rkey: u32,
+}
+
+impl Transfer<'_> {
+    /// Whether the `len` bytes at `local_off` lie inside the local region.
+    fn fits(&self) -> bool {
+        self.local_off
+            .checked_add(self.len)
+            .is_some_and(|e| e <= self.local.len)
+    }
+}
+
 impl Connection {
     pub(super) fn setup(
         mut id: Id,
@@ -216,67 +243,48 @@ impl Connection {
         ))
     }
 
-    /// Post one RDMA WRITE or READ of `len` bytes (at most 1 GiB) between `local` at
-    /// `local_off` and the peer's `remote_addr`/`rkey`; its work request id.
-    fn post_rdma(
-        &self,
-        op: Op,
-        local: &MrInfo,
-        local_off: u64,
-        len: u64,
-        remote_addr: u64,
-        rkey: u32,
-    ) -> Result<u64> {
+    /// Post one RDMA WRITE or READ `t` (of at most 1 GiB); its work request id.
+    fn post_rdma(&self, t: &Transfer) -> Result<u64> {
         let sge = ffi::ibv_sge {
-            addr: local.addr + local_off,
-            length: len as u32,
-            lkey: local.lkey,
+            addr: t.local.addr + t.local_off,
+            length: t.len as u32,
+            lkey: t.local.lkey,
         };
-        let opcode = match op {
+        let opcode = match t.op {
             Op::Write => ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
             Op::Read => ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
         };
-        self.post_send(opcode, sge, Some((remote_addr, rkey)))
+        self.post_send(opcode, sge, Some((t.remote_addr, t.rkey)))
     }
 
-    /// RDMA WRITE (`Op::Write`: local to remote) or READ (remote to local) of `len` bytes:
-    /// `local` is a region of ours (address `local.addr + local_off`), the peer's region
-    /// is `remote_addr`/`rkey`. Waits for the completion.
-    pub fn rdma(
-        &self,
-        op: Op,
-        local: &MrInfo,
-        local_off: u64,
-        len: u64,
-        remote_addr: u64,
-        rkey: u32,
-    ) -> Result<()> {
-        if local_off.checked_add(len).is_none_or(|e| e > local.len) {
+    /// RDMA WRITE (`Op::Write`: local to remote) or READ (remote to local) `t`, of any
+    /// length that fits the local region. Waits for the completion.
+    pub fn rdma(&self, t: Transfer) -> Result<()> {
+        if !t.fits() {
             return Err(Error::Protocol {
-                what: format!("RDMA {op:?}"),
+                what: format!("RDMA {:?}", t.op),
                 detail: format!(
-                    "{len} bytes at local offset {local_off} do not fit the local region of {} bytes",
-                    local.len
+                    "{} bytes at local offset {} do not fit the local region of {} bytes",
+                    t.len, t.local_off, t.local.len
                 ),
             });
         }
         let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(MAX_WR_BYTES);
+        while done < t.len {
+            let n = (t.len - done).min(MAX_WR_BYTES);
             let what = format!(
-                "RDMA {} of {n} bytes {} remote address {:#x} (rkey {rkey:#x})",
-                if op == Op::Write { "WRITE" } else { "READ" },
-                if op == Op::Write { "to" } else { "from" },
-                remote_addr.wrapping_add(done)
+                "RDMA {} of {n} bytes {} remote address {:#x} (rkey {:#x})",
+                if t.op == Op::Write { "WRITE" } else { "READ" },
+                if t.op == Op::Write { "to" } else { "from" },
+                t.remote_addr.wrapping_add(done),
+                t.rkey
             );
-            let id = self.post_rdma(
-                op,
-                local,
-                local_off + done,
-                n,
-                remote_addr.wrapping_add(done),
-                rkey,
-            )?;
+            let id = self.post_rdma(&Transfer {
+                local_off: t.local_off + done,
+                len: n,
+                remote_addr: t.remote_addr.wrapping_add(done),
+                ..t
+            })?;
             let c = self.wait(&what, Duration::from_secs(120), |c| c.wr_id == id)?;
             self.check(what, c)?;
             done += n;
@@ -284,55 +292,42 @@ impl Connection {
         Ok(())
     }
 
-    /// `count` RDMA WRITEs (or READs) of the same `len` bytes (at most 1 GiB) between
-    /// `local` (from `local_off`) and the peer's `remote_addr`/`rkey`, keeping up to `depth`
-    /// (1 to [`MAX_DEPTH`]) in flight. `on_done` is called with the number completed so far
-    /// after each completion. The first completion in error ends it: the error names its
-    /// status (e.g. `IBV_WC_REM_ACCESS_ERR`) and how many had completed before.
-    #[allow(clippy::too_many_arguments)]
+    /// `count` RDMA WRITEs (or READs) of the same transfer `t` (at most 1 GiB), keeping up
+    /// to `depth` (1 to [`MAX_DEPTH`]) in flight. `on_done` is called with the number
+    /// completed so far after each completion. The first completion in error ends it: the
+    /// error names its status (e.g. `IBV_WC_REM_ACCESS_ERR`) and how many had completed
+    /// before.
     pub fn rdma_many(
         &self,
-        op: Op,
-        local: &MrInfo,
-        local_off: u64,
-        len: u64,
-        remote_addr: u64,
-        rkey: u32,
+        t: Transfer,
         count: u64,
         depth: usize,
         on_done: &mut dyn FnMut(u64),
     ) -> Result<()> {
-        if len == 0
-            || len > MAX_WR_BYTES
-            || local_off.checked_add(len).is_none_or(|e| e > local.len)
-        {
+        if t.len == 0 || t.len > MAX_WR_BYTES || !t.fits() {
             return Err(Error::Protocol {
-                what: format!("RDMA {op:?} x{count}"),
+                what: format!("RDMA {:?} x{count}", t.op),
                 detail: format!(
-                    "{len} bytes at local offset {local_off}: must be 1 byte to 1 GiB inside the local region of {} bytes",
-                    local.len
+                    "{} bytes at local offset {}: must be 1 byte to 1 GiB inside the local region of {} bytes",
+                    t.len, t.local_off, t.local.len
                 ),
             });
         }
         let depth = depth.clamp(1, MAX_DEPTH) as u64;
-        let name = if op == Op::Write { "WRITE" } else { "READ" };
+        let name = if t.op == Op::Write { "WRITE" } else { "READ" };
         let (mut posted, mut done) = (0u64, 0u64);
         let mut in_flight: VecDeque<u64> = VecDeque::new();
         while done < count {
             while posted < count && posted - done < depth {
-                in_flight.push_back(self.post_rdma(
-                    op,
-                    local,
-                    local_off,
-                    len,
-                    remote_addr,
-                    rkey,
-                )?);
+                in_flight.push_back(self.post_rdma(&t)?);
                 posted += 1;
             }
             let what = format!(
-                "RDMA {name} {} of {count} ({len} bytes at remote address {remote_addr:#x}, rkey {rkey:#x}; {done} completed before it)",
-                done + 1
+                "RDMA {name} {} of {count} ({} bytes at remote address {:#x}, rkey {:#x}; {done} completed before it)",
+                done + 1,
+                t.len,
+                t.remote_addr,
+                t.rkey
             );
             let c = self.wait(&what, Duration::from_secs(120), |c| {
                 in_flight.contains(&c.wr_id)
