@@ -73,6 +73,14 @@ pub struct ServeOpts {
     pub timeout: Duration,
 }
 
+/// [`Info::get`] for [`PROVIDER`] at `node`:`port` (with `source`, the local address to
+/// listen on); says what it got.
+fn get_info(node: &str, port: u16, source: bool, say: &mut dyn FnMut(&str)) -> Result<Info> {
+    let info = Info::get(PROVIDER, Some(node), Some(&port.to_string()), source)?;
+    say(&format!("fi_getinfo: {}", info.describe()));
+    Ok(info)
+}
+
 /// Allocates and registers device memory, then serves `clients` clients; `say` gets one line
 /// per step and per client. Returns what each client got.
 pub fn serve(o: &ServeOpts, say: &mut dyn FnMut(&str)) -> Result<Vec<Served>> {
@@ -87,9 +95,7 @@ pub fn serve(o: &ServeOpts, say: &mut dyn FnMut(&str)) -> Result<Vec<Served>> {
     ));
     let map = buf.map(Access::ReadWrite)?;
     let base = map.read()?.as_ptr() as u64;
-    let service = o.port.to_string();
-    let info = Info::get(PROVIDER, Some(&o.addr), Some(&service), true)?;
-    say(&format!("fi_getinfo: {}", info.describe()));
+    let info = get_info(&o.addr, o.port, true, say)?;
     let fabric = Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
     let eq = fabric.eq()?;
@@ -222,9 +228,7 @@ pub struct ClientOpts {
 
 /// Connects, does the operation, gets the verdict.
 pub fn client(o: &ClientOpts, say: &mut dyn FnMut(&str)) -> Result<ClientReport> {
-    let service = o.port.to_string();
-    let info = Info::get(PROVIDER, Some(&o.server), Some(&service), false)?;
-    say(&format!("fi_getinfo: {}", info.describe()));
+    let info = get_info(&o.server, o.port, false, say)?;
     let fabric = Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
     let eq = fabric.eq()?;
