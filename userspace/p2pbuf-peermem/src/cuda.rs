@@ -155,34 +155,25 @@ fn driver() -> Option<Result<&'static Driver, &'static str>> {
             .then_some(p)
             .ok_or_else(|| n.to_string_lossy().into_owned())
     };
+    // The symbol `name` as a function pointer of type `ty`; a missing one ends the closure
+    // below with its name.
+    macro_rules! load {
+        ($name:expr, $ty:ty) => {
+            std::mem::transmute::<*mut c_void, $ty>(sym($name)?)
+        };
+    }
     let d = (|| -> Result<Driver, String> {
         // SAFETY: the driver API's signatures (cuda.h), for symbols of that name.
         unsafe {
             Ok(Driver {
-                pointer_get_attributes: std::mem::transmute::<*mut c_void, PointerGetAttributes>(
-                    sym(c"cuPointerGetAttributes")?,
-                ),
-                get_handle: std::mem::transmute::<*mut c_void, GetHandleForAddressRange>(sym(
-                    c"cuMemGetHandleForAddressRange",
-                )?),
-                ctx_push: std::mem::transmute::<*mut c_void, CtxPushCurrent>(sym(
-                    c"cuCtxPushCurrent_v2",
-                )?),
-                ctx_pop: std::mem::transmute::<*mut c_void, CtxPopCurrent>(sym(
-                    c"cuCtxPopCurrent_v2",
-                )?),
-                error_name: std::mem::transmute::<*mut c_void, GetErrorName>(sym(
-                    c"cuGetErrorName",
-                )?),
-                get_address_range: std::mem::transmute::<*mut c_void, GetAddressRange>(sym(
-                    c"cuMemGetAddressRange_v2",
-                )?),
-                primary_retain: std::mem::transmute::<*mut c_void, PrimaryCtxRetain>(sym(
-                    c"cuDevicePrimaryCtxRetain",
-                )?),
-                primary_release: std::mem::transmute::<*mut c_void, PrimaryCtxRelease>(sym(
-                    c"cuDevicePrimaryCtxRelease_v2",
-                )?),
+                pointer_get_attributes: load!(c"cuPointerGetAttributes", PointerGetAttributes),
+                get_handle: load!(c"cuMemGetHandleForAddressRange", GetHandleForAddressRange),
+                ctx_push: load!(c"cuCtxPushCurrent_v2", CtxPushCurrent),
+                ctx_pop: load!(c"cuCtxPopCurrent_v2", CtxPopCurrent),
+                error_name: load!(c"cuGetErrorName", GetErrorName),
+                get_address_range: load!(c"cuMemGetAddressRange_v2", GetAddressRange),
+                primary_retain: load!(c"cuDevicePrimaryCtxRetain", PrimaryCtxRetain),
+                primary_release: load!(c"cuDevicePrimaryCtxRelease_v2", PrimaryCtxRelease),
             })
         }
     })()
