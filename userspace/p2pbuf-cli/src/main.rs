@@ -54,14 +54,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Print a dma-buf's size, exporter and fdinfo.
+    /// Print a dma-buf's size, exporter and fdinfo; without TARGET, the p2pbuf exporter's
+    /// providers and this process's dmem cgroup use and limit for each.
     ///
     /// TARGET is an fd of this process (`3`, e.g. after `3<&N` in a
     /// shell), `PID:FD` (taken with pidfd_getfd), an fdinfo file
     /// (`/proc/PID/fdinfo/FD`), or a path to open.
     Info {
-        /// fd, PID:FD, /proc/PID/fdinfo/FD or a path.
-        target: Target,
+        /// fd, PID:FD, /proc/PID/fdinfo/FD or a path (none: list the providers).
+        target: Option<Target>,
     },
     /// Revoke a p2pbuf dma-buf through the exporter (P2PBUF_IOCTL_REVOKE): its importers
     /// (RDMA MRs, the DMA engine) lose the memory, CPU mappings fault, the fds stay open.
@@ -116,7 +117,10 @@ fn main() {
 
 fn run(cli: Cli) -> p2pbuf::Result<()> {
     match cli.cmd {
-        Cmd::Info { target } => inspect::info(&target, cli.json),
+        Cmd::Info {
+            target: Some(target),
+        } => inspect::info(&target, cli.json),
+        Cmd::Info { target: None } => inspect::providers(cli.json),
         Cmd::Revoke { target } => inspect::revoke(&target, cli.json),
         Cmd::Send(a) => pass::send(&a, cli.json),
         Cmd::Recv(a) => pass::recv(&a, cli.json),

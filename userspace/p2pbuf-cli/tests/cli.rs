@@ -47,6 +47,14 @@ fn info_json_error() {
 }
 
 #[test]
+fn info_without_target_needs_the_exporter() {
+    if std::path::Path::new("/dev/p2pbuf").exists() {
+        return;
+    }
+    assert_unavailable(&p2pbuf(&["info"]), "/dev/p2pbuf");
+}
+
+#[test]
 fn send_without_receiver() {
     // Target check comes first: stdin (null) is not a dma-buf.
     let o = p2pbuf(&["send", "/nonexistent/sock", "0", "--wait", "0"]);

@@ -267,11 +267,23 @@ mod imp {
                 },
                 ..Default::default()
             };
-            let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(fails(
-                self,
-                format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})"),
-                "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
-            ))?;
+            let what = format!("P2PBUF_IOCTL_ALLOC({length} bytes from provider {provider})");
+            let fd = sys::p2pbuf_alloc(self.dev.as_fd(), &mut a).map_err(|e| {
+                if e == rustix::io::Errno::NOSPC {
+                    // Over a dmem.max: name the region, which the errno alone does not.
+                    let region = match self.provider(provider) {
+                        Ok(p) => crate::dmem::region_name(&p.pci_name, p.bar),
+                        Err(_) => "p2pbuf/<PCI address>/bar<N>".into(),
+                    };
+                    return Error::os_check(what, e, crate::dmem::enospc_check(&region));
+                }
+                ioctl_error(
+                    self,
+                    what,
+                    e,
+                    "EINVAL: length a non-zero multiple of the page size and at most the provider's total (the kernel log says more); ENOMEM: not that much free; ENODEV: the provider's device was unbound (a rebound device has a new id); ENOENT: no provider ever had that id (p2pbuf info lists them); EPERM: uninitialized memory needs CAP_SYS_RAWIO",
+                )
+            })?;
             Ok(Allocation {
                 buf: DmaBuf::from_fd(fd)?,
                 provider,

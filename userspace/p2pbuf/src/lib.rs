@@ -23,6 +23,8 @@
 //!   validation, and a compact form stored as the dma-buf's name (`DMA_BUF_SET_NAME`).
 //! - [`memory`]: where a buffer's memory comes from ([`memory::Source`]: p2pbuf device
 //!   memory, udmabuf, host, CUDA, a received fd) and the one function that allocates it.
+//! - [`dmem`]: the dmem cgroup controller: how much of a provider's BAR this process's cgroup
+//!   holds, and its limits.
 //! - [`units`]: the size parser and printer of every p2pbuf tool.
 //! - `cuda` (feature `cuda`): CUDA device memory exported as a dma-buf.
 //!
@@ -49,6 +51,7 @@ macro_rules! owns_fd {
     };
 }
 
+pub mod dmem;
 pub mod error;
 pub mod exporter;
 pub mod fdinfo;
