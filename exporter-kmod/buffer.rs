@@ -3,7 +3,9 @@
 //! One exported buffer: a range of a provider's device memory behind a dma-buf.
 
 use crate::{provider::Provider, uapi};
+use core::ops::Deref;
 use kernel::{
+    cgroup::dmem::Charge,
     device,
     dma::DataDirection,
     dma_buf::{
@@ -177,9 +179,9 @@ pub(crate) struct Buffer {
     pub(crate) offset: u64,
     /// How userspace mappings reach the memory.
     pub(crate) mapping: CpuMapping,
-    /// The memory, until revoke or release.
+    /// The memory and its dmem cgroup charge, until revoke or release.
     #[pin]
-    mem: Mutex<Option<P2pPages>>,
+    mem: Mutex<Option<Charged>>,
     #[pin]
     pub(crate) refusals: Mutex<Refusals>,
     /// `begin_cpu_access` and `end_cpu_access` calls (`DMA_BUF_IOCTL_SYNC`, and kernel CPU
@@ -189,6 +191,32 @@ pub(crate) struct Buffer {
     /// buffer whose `struct page`s were mapped can have pages that I/O pinned through a
     /// mapping).
     pub(crate) inserted: Atomic<u64>,
+}
+
+/// An allocation and the dmem cgroup charge that pays for it: they go together, so the charge
+/// is undone exactly once whether the buffer is released, revoked or its provider unbound.
+pub(crate) struct Charged {
+    /// Dropped first: the pages go back to the pool before the cgroup is credited.
+    pages: P2pPages,
+    _charge: Charge,
+}
+
+impl Charged {
+    /// `pages`, charged with `charge` to the cgroup of the process that allocated them.
+    pub(crate) fn new(pages: P2pPages, charge: Charge) -> Self {
+        Self {
+            pages,
+            _charge: charge,
+        }
+    }
+}
+
+impl Deref for Charged {
+    type Target = P2pPages;
+
+    fn deref(&self) -> &P2pPages {
+        &self.pages
+    }
 }
 
 /// How long a revoke waits for I/O that pinned pages of the buffer through a mapping (an
@@ -201,7 +229,7 @@ impl Buffer {
     pub(crate) fn new(
         provider: Arc<Provider>,
         id: u64,
-        mem: P2pPages,
+        mem: Charged,
         mapping: CpuMapping,
     ) -> impl PinInit<Self, Error> {
         let size = mem.size();
@@ -264,7 +292,7 @@ impl Buffer {
 
     /// Takes the memory out of the buffer (revoke, release); the caller drops it after the
     /// lock is released.
-    fn take_memory(&self) -> Option<P2pPages> {
+    fn take_memory(&self) -> Option<Charged> {
         self.mem.lock().take()
     }
 

@@ -356,7 +356,7 @@ fn attachment(arg: usize) -> Result {
     // Attachments are numbered in the order they were made.
     let want = usize::try_from(a.index).ok();
     let (mut i, mut found) = (0, false);
-    let count = buf.for_each_attachment(|att, info| {
+    let count = buf.for_each_attachment(|att, _info| {
         if want == Some(i) {
             found = true;
             uapi::copy_cstr(&mut out.device, att.device().name().to_bytes());

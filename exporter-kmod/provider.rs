@@ -4,12 +4,14 @@
 //! driver that creates providers on probe and revokes their buffers on unbind.
 
 use crate::{
-    buffer::{Buffer, CpuMapping},
+    buffer::{Buffer, Charged, CpuMapping},
     ratelimit::dev_ratelimited,
     uapi, PROVIDERS,
 };
 use kernel::{
-    bindings, device,
+    bindings,
+    cgroup::dmem::{Charge, Region},
+    device,
     device::Core,
     dma_buf::{export::Exported, DmaBuf},
     new_mutex, pci,
@@ -33,6 +35,11 @@ pub(crate) struct State {
     /// Set in unbind, under the lock: from then on nothing is allocated (an allocation that
     /// raced the unbind is revoked before it is handed out).
     pub(crate) gone: bool,
+    /// The BAR as a dmem cgroup region (`p2pbuf/<PCI address>/bar<N>` in `dmem.capacity`):
+    /// every buffer is charged to the allocating process's cgroup. Taken and unregistered in
+    /// unbind. Under this mutex, not behind a `Devres`: charging may sleep, and a `Devres` is
+    /// reached under an RCU read lock.
+    region: Option<Region>,
     pub(crate) buffers: KVec<Entry>,
     next_id: u64,
     /// The latest refusals (importer device, reason), newest last, at most `MAX_REFUSALS`.
@@ -161,6 +168,9 @@ impl Provider {
             );
             return Err(EINVAL);
         }
+        // Charged to the caller's cgroup before anything is allocated, as TTM does, and given
+        // back if anything below fails (the charge is dropped).
+        let charge = self.charge(length)?;
         let length = usize::try_from(length)?;
         let (mem, id) = {
             let mut state = self.state.lock();
@@ -188,7 +198,7 @@ impl Provider {
             EXPORTER_NAME,
             length,
             kernel::fs::file::flags::O_RDWR,
-            Buffer::new(self.clone(), id, mem, mapping),
+            Buffer::new(self.clone(), id, Charged::new(mem, charge), mapping),
         )?;
         let offset = buf.offset;
         let key = dmabuf.as_raw() as usize;
@@ -201,6 +211,33 @@ impl Provider {
         }
         state.buffers.push(Entry { key, buf }, GFP_KERNEL)?;
         Ok((dmabuf, offset))
+    }
+
+    /// Charges `length` bytes of the BAR to the current process's dmem cgroup.
+    ///
+    /// Over the `dmem.max` of its cgroup (or of an ancestor) for this BAR: `ENOSPC`, the errno
+    /// TTM gives when it cannot evict (p2pbuf never evicts), and a debug-level line that says
+    /// which region and how much.
+    fn charge(&self, length: u64) -> Result<Charge> {
+        let state = self.state.lock();
+        let charged = state.region.as_ref().ok_or(ENODEV)?.try_charge(length);
+        drop(state);
+        charged.map_err(|e| {
+            if e != EAGAIN {
+                return e;
+            }
+            // Any process can ask again and again: rate limited.
+            dev_ratelimited!(
+                dev_dbg,
+                &*self.pdev,
+                "p2pbuf: {} bytes refused: the dmem cgroup of pid {} (or an ancestor) is at its dmem.max for region p2pbuf/{}/bar{}\n",
+                length,
+                kernel::current!().pid(),
+                self.name_str(),
+                self.bar
+            );
+            ENOSPC
+        })
     }
 
     /// Forgets buffer `id` (its file was released). Dropping the entry may drop the last
@@ -246,7 +283,14 @@ impl Provider {
     /// and waits for that revoke (a second revoker waits for the first), and one that no longer
     /// finds it may answer that the unbind revoked it (see `revoke()` of the ioctls).
     fn shutdown(&self) {
-        self.state.lock().gone = true;
+        let region = {
+            let mut state = self.state.lock();
+            state.gone = true;
+            state.region.take()
+        };
+        // Unregistering waits for the controller's readers: outside the lock. Buffers that
+        // live on keep their charges until their memory goes.
+        drop(region);
         // Nothing is added to the list once `gone` is set, and every turn takes the first entry
         // off it (here, or in `forget` when its file went meanwhile): the loop ends.
         let mut n = 0usize;
@@ -308,6 +352,7 @@ impl pci::Driver for Driver {
         pdev.p2pdma_add_resource(bar, 0, 0)?;
         pdev.p2pmem_publish(true);
         let pool = pdev.p2pmem_pool()?;
+        let region = Region::new(bar_size, fmt!("p2pbuf/{}/bar{}", pdev.as_ref().name(), bar))?;
         let generic: &pci::Device = pdev;
         let provider = Arc::pin_init(
             try_pin_init!(Provider {
@@ -318,6 +363,7 @@ impl pci::Driver for Driver {
                 bar_size,
                 state <- new_mutex!(State {
                     gone: false,
+                    region: Some(region),
                     buffers: KVec::new(),
                     next_id: 0,
                     refusals: KVec::new(),

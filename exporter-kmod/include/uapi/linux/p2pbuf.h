@@ -136,7 +136,9 @@ struct p2pbuf_provider_info {
  * @size: in: sizeof(struct p2pbuf_alloc)
  * @flags: in: P2PBUF_ALLOC_UNINITIALIZED, P2PBUF_ALLOC_PFNMAP, both or 0 (other bits: -EINVAL)
  * @length: in: bytes; a non-zero multiple of the page size, at most the provider's total
- *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free. Zeroing takes time
+ *	(-EINVAL otherwise); -ENOMEM when the provider has not that much free; -ENOSPC when it
+ *	would take the caller's cgroup (or an ancestor) over its dmem.max for the provider's
+ *	region (p2pbuf/<PCI address>/bar<N> in dmem.capacity). Zeroing takes time
  *	proportional to @length: a signal that arrives meanwhile ends the call with -EINTR and
  *	nothing allocated (a handler installed with SA_RESTART restarts it instead)
  * @provider: in: provider id (see above): -ENODEV once its device is unbound, -ENOENT for

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Device memory limits per cgroup (issue 31): /dev/p2pbuf registers each provider's BAR as a
+ * region of the dmem cgroup controller ("p2pbuf/<PCI address>/bar<N>" in dmem.capacity) and
+ * charges every buffer to the dmem cgroup of the process that allocates it, until the buffer's
+ * memory goes back to the pool.
+ *
+ * Two tenants, different non-root users in two cgroups with dmem.max set on the BAR's region:
+ * each gets its limit and no more (ENOSPC past it, the errno TTM gives when it cannot evict),
+ * what one holds does not count against the other, and dmem.current is exact: back to 0 after
+ * close, after REVOKE (with the fd still open) and after kill -9.
+ */
+#include "exporter.h"
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#define CG "/sys/fs/cgroup"
+#define KIB 1024UL
+#define MIB (1024UL * 1024)
+
+/* The two tenants: cgroup, user, dmem.max. */
+#define A_CG CG "/p2pbuf-tenant-a"
+#define B_CG CG "/p2pbuf-tenant-b"
+#define A_UID 65534
+#define B_UID 65533
+#define A_MAX (1 * MIB)
+#define B_MAX (2 * MIB)
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, s, strlen(s));
+	n = n < 0 ? -errno : 0;
+	close(fd);
+	return n;
+}
+
+/* The value of @region in a dmem.* file of "region value" lines; -1 if it is not listed. */
+static long long region_value(const char *file, const char *region)
+{
+	char line[512];
+	long long v = -1;
+	size_t rlen = strlen(region);
+	FILE *f = fopen(file, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, region, rlen) && line[rlen] == ' ') {
+			v = strtoll(line + rlen + 1, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+/* cgroup2 at CG (the lab's init does not mount it); 0 or -errno. */
+static int mount_cgroup2(void)
+{
+	if (!access(CG "/cgroup.controllers", F_OK))
+		return 0;
+	return mount("cgroup2", CG, "cgroup2", 0, NULL) ? -errno : 0;
+}
+
+/* The provider's region is in dmem.capacity, with the BAR's size. */
+TEST_F(p2pbuf, dmem_capacity_is_the_bar)
+{
+	char region[128];
+	long long cap;
+	int ret = mount_cgroup2();
+
+	ASSERT_EQ(0, ret) TH_LOG("mount cgroup2 on " CG ": %s (CONFIG_CGROUPS?)", strerror(-ret));
+	ret = write_str(CG "/cgroup.subtree_control", "+dmem");
+	ASSERT_EQ(0, ret) TH_LOG("+dmem in cgroup.subtree_control: %s (CONFIG_CGROUP_DMEM?)",
+				 strerror(-ret));
+	snprintf(region, sizeof(region), "p2pbuf/%s/bar%u", self->prov.pci_name, self->prov.bar);
+	cap = region_value(CG "/dmem.capacity", region);
+	TH_LOG("%s: capacity %lld, BAR %llu bytes", region, cap,
+	       (unsigned long long)self->prov.bar_size);
+	if (cap < 0) {
+		char buf[1024] = "";
+		int fd = open(CG "/dmem.capacity", O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd < 0 ? -errno : read(fd, buf, sizeof(buf) - 1);
+
+		TH_LOG("dmem.capacity: %zd: %s", n, n < 0 ? strerror(-n) : buf);
+		if (fd >= 0)
+			close(fd);
+	}
+	EXPECT_EQ((long long)self->prov.bar_size, cap);
+}
+
+FIXTURE(dmem)
+{
+	int dev;
+	struct p2pbuf_provider_info prov;
+	char region[128];
+	char current_a[96], current_b[96];
+};
+
+FIXTURE_SETUP(dmem)
+{
+	char limit[192];
+	int ret;
+
+	self->dev = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->dev, 0) TH_LOG("/dev/p2pbuf: %s", strerror(errno));
+	prov_id = p2pbuf_first_provider(self->dev);
+	ASSERT_NE(0U, prov_id) TH_LOG("no provider bound");
+	ASSERT_EQ(0, p2p_provider(self->dev, prov_id, &self->prov));
+	snprintf(self->region, sizeof(self->region), "p2pbuf/%s/bar%u", self->prov.pci_name,
+		 self->prov.bar);
+
+	/* cgroup2 with the dmem controller for the children of the root. */
+	ret = mount_cgroup2();
+	ASSERT_EQ(0, ret) TH_LOG("mount cgroup2 on " CG ": %s (CONFIG_CGROUPS?)", strerror(-ret));
+	ret = write_str(CG "/cgroup.subtree_control", "+dmem");
+	ASSERT_EQ(0, ret) TH_LOG("+dmem in cgroup.subtree_control: %s (CONFIG_CGROUP_DMEM?)",
+				 strerror(-ret));
+	ASSERT_TRUE(!mkdir(A_CG, 0755) || errno == EEXIST);
+	ASSERT_TRUE(!mkdir(B_CG, 0755) || errno == EEXIST);
+	snprintf(limit, sizeof(limit), "%s %lu", self->region, A_MAX);
+	ASSERT_EQ(0, write_str(A_CG "/dmem.max", limit)) TH_LOG("%s -> dmem.max", limit);
+	snprintf(limit, sizeof(limit), "%s %lu", self->region, B_MAX);
+	ASSERT_EQ(0, write_str(B_CG "/dmem.max", limit)) TH_LOG("%s -> dmem.max", limit);
+	snprintf(self->current_a, sizeof(self->current_a), "%s", A_CG "/dmem.current");
+	snprintf(self->current_b, sizeof(self->current_b), "%s", B_CG "/dmem.current");
+}
+
+FIXTURE_TEARDOWN(dmem)
+{
+	close(self->dev);
+	rmdir(A_CG);
+	rmdir(B_CG);
+}
+
+/*
+ * Forks a tenant: the child joins @cg, becomes @uid (no groups, no capabilities) and exits
+ * with what @body returns. @dev was opened by root (the node is root's): the charge goes to the
+ * cgroup of the process that allocates, not to the opener. Returns the child's pid.
+ */
+static pid_t tenant(const char *cg, uid_t uid, int dev, int (*body)(int dev, void *arg),
+		    void *arg)
+{
+	char procs[128];
+	pid_t pid = fork();
+
+	if (pid)
+		return pid;
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", cg);
+	if (write_str(procs, "0") || setgroups(0, NULL) || setgid(uid) || setuid(uid))
+		_exit(100);
+	_exit(body(dev, arg));
+}
+
+static int wait_exit(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* What tenant A does while B works: the pipes of "held" and "go on". */
+struct hold {
+	int held[2], go[2];
+};
+
+/*
+ * Allocates @limit in 4 pieces, checks that one page more is ENOSPC and that the cgroup's
+ * dmem.current says exactly @limit; then, with @h, says so and waits before closing.
+ * Exit codes name the failed step.
+ */
+static int fill_to_limit(int dev, unsigned long limit, const char *current, const char *region,
+			 struct hold *h)
+{
+	int fds[4], i, extra;
+	char c = 1;
+
+	for (i = 0; i < 4; i++) {
+		fds[i] = p2p_alloc(dev, limit / 4, 0, NULL);
+		if (fds[i] < 0)
+			return 10 + i;
+	}
+	extra = p2p_alloc(dev, 4 * KIB, 0, NULL);
+	if (extra != -ENOSPC)
+		return 20;
+	if (region_value(current, region) != (long long)limit)
+		return 21;
+	if (h) {
+		if (write(h->held[1], &c, 1) != 1 || read(h->go[0], &c, 1) != 1)
+			return 22;
+	}
+	for (i = 0; i < 4; i++)
+		close(fds[i]);
+	return 0;
+}
+
+struct fill_arg {
+	unsigned long limit;
+	const char *current, *region;
+	struct hold *hold;
+};
+
+static int fill_body(int dev, void *p)
+{
+	struct fill_arg *a = p;
+
+	return fill_to_limit(dev, a->limit, a->current, a->region, a->hold);
+}
+
+TEST_F(dmem, two_tenants_each_get_their_limit)
+{
+	struct hold h;
+	struct fill_arg a = { A_MAX, self->current_a, self->region, &h };
+	struct fill_arg b = { B_MAX, self->current_b, self->region, NULL };
+	pid_t pa, pb;
+	char c = 0;
+	int rc;
+
+	ASSERT_EQ(0, pipe(h.held));
+	ASSERT_EQ(0, pipe(h.go));
+	/* A fills its 1 MiB and holds it ... */
+	pa = tenant(A_CG, A_UID, self->dev, fill_body, &a);
+	ASSERT_GT(pa, 0);
+	ASSERT_EQ(1, read(h.held[0], &c, 1)) TH_LOG("tenant A did not get its limit");
+	EXPECT_EQ((long long)A_MAX, region_value(self->current_a, self->region));
+	/* ... while B, another user in another cgroup, gets all of its 2 MiB, and no more. */
+	pb = tenant(B_CG, B_UID, self->dev, fill_body, &b);
+	ASSERT_GT(pb, 0);
+	rc = wait_exit(pb);
+	EXPECT_EQ(0, rc) TH_LOG("tenant B failed at step %d (see fill_to_limit)", rc);
+	EXPECT_EQ(0LL, region_value(self->current_b, self->region));
+	/* A still holds exactly its own: B's use never counted against it. */
+	EXPECT_EQ((long long)A_MAX, region_value(self->current_a, self->region));
+	ASSERT_EQ(1, write(h.go[1], &c, 1));
+	rc = wait_exit(pa);
+	EXPECT_EQ(0, rc) TH_LOG("tenant A failed at step %d (see fill_to_limit)", rc);
+	EXPECT_EQ(0LL, region_value(self->current_a, self->region));
+	close(h.held[0]);
+	close(h.held[1]);
+	close(h.go[0]);
+	close(h.go[1]);
+}
+
+/* REVOKE gives the memory back with the fd still open: the charge goes with it. */
+static int revoke_body(int dev, void *p)
+{
+	const char **f = p;
+	int fd = p2p_alloc(dev, 512 * KIB, 0, NULL);
+
+	if (fd < 0)
+		return 10;
+	if (region_value(f[0], f[1]) != (long long)(512 * KIB))
+		return 11;
+	if (p2p_revoke(dev, fd))
+		return 12;
+	if (region_value(f[0], f[1]) != 0)
+		return 13;
+	/* A second REVOKE and the close uncharge nothing more. */
+	if (p2p_revoke(dev, fd))
+		return 14;
+	close(fd);
+	return region_value(f[0], f[1]) == 0 ? 0 : 15;
+}
+
+TEST_F(dmem, revoke_uncharges_once)
+{
+	const char *f[2] = { self->current_a, self->region };
+
+	EXPECT_EQ(0, wait_exit(tenant(A_CG, A_UID, self->dev, revoke_body, f)));
+	EXPECT_EQ(0LL, region_value(self->current_a, self->region));
+}
+
+/* A tenant killed with buffers open: its charges go when its files do. */
+static int hold_body(int dev, void *p)
+{
+	struct hold *h = p;
+	char c = 1;
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (p2p_alloc(dev, 256 * KIB, 0, NULL) < 0)
+			return 10;
+	if (write(h->held[1], &c, 1) != 1)
+		return 11;
+	pause();
+	return 12;
+}
+
+TEST_F(dmem, kill_uncharges)
+{
+	struct hold h;
+	pid_t pid;
+	char c;
+
+	ASSERT_EQ(0, pipe(h.held));
+	pid = tenant(B_CG, B_UID, self->dev, hold_body, &h);
+	ASSERT_GT(pid, 0);
+	ASSERT_EQ(1, read(h.held[0], &c, 1));
+	EXPECT_EQ((long long)(768 * KIB), region_value(self->current_b, self->region));
+	ASSERT_EQ(0, kill(pid, SIGKILL));
+	EXPECT_EQ(128 + SIGKILL, wait_exit(pid));
+	EXPECT_EQ(0LL, region_value(self->current_b, self->region));
+	close(h.held[0]);
+	close(h.held[1]);
+}
+
+TEST_HARNESS_MAIN
