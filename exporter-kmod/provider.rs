@@ -55,7 +55,8 @@ pub(crate) const EXPORTER_NAME: &CStr = c"p2pbuf";
 ///
 /// # Locks
 ///
-/// `PROVIDERS` -> `state` -> a buffer's locks (`Buffer::mem`, the abstraction's `buf`).
+/// `PROVIDERS` -> `state` -> a buffer's locks (`Buffer::mem`, the abstraction's `buf`);
+/// `state` -> the dmem controller's own locks (charging, which may sleep, is done under `state`).
 /// Revoking (which sleeps) happens with none of them held.
 #[pin_data]
 pub(crate) struct Provider {
