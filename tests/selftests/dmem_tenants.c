@@ -26,19 +26,6 @@
 #define A_MAX (1 * MIB)
 #define B_MAX (2 * MIB)
 
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, s, strlen(s));
-	n = n < 0 ? -errno : 0;
-	close(fd);
-	return n;
-}
-
 /* The value of @region in a dmem.* file of "region value" lines; -1 if it is not listed. */
 static long long region_value(const char *file, const char *region)
 {
@@ -75,7 +62,7 @@ TEST_F(p2pbuf, dmem_capacity_is_the_bar)
 	int ret = mount_cgroup2();
 
 	ASSERT_EQ(0, ret) TH_LOG("mount cgroup2 on " CG ": %s (CONFIG_CGROUPS?)", strerror(-ret));
-	ret = write_str(CG "/cgroup.subtree_control", "+dmem");
+	ret = sysfs_write(CG "/cgroup.subtree_control", "+dmem");
 	ASSERT_EQ(0, ret) TH_LOG("+dmem in cgroup.subtree_control: %s (CONFIG_CGROUP_DMEM?)",
 				 strerror(-ret));
 	snprintf(region, sizeof(region), "p2pbuf/%s/bar%u", self->prov.pci_name, self->prov.bar);
@@ -118,15 +105,15 @@ FIXTURE_SETUP(dmem)
 	/* cgroup2 with the dmem controller for the children of the root. */
 	ret = mount_cgroup2();
 	ASSERT_EQ(0, ret) TH_LOG("mount cgroup2 on " CG ": %s (CONFIG_CGROUPS?)", strerror(-ret));
-	ret = write_str(CG "/cgroup.subtree_control", "+dmem");
+	ret = sysfs_write(CG "/cgroup.subtree_control", "+dmem");
 	ASSERT_EQ(0, ret) TH_LOG("+dmem in cgroup.subtree_control: %s (CONFIG_CGROUP_DMEM?)",
 				 strerror(-ret));
 	ASSERT_TRUE(!mkdir(A_CG, 0755) || errno == EEXIST);
 	ASSERT_TRUE(!mkdir(B_CG, 0755) || errno == EEXIST);
 	snprintf(limit, sizeof(limit), "%s %lu", self->region, A_MAX);
-	ASSERT_EQ(0, write_str(A_CG "/dmem.max", limit)) TH_LOG("%s -> dmem.max", limit);
+	ASSERT_EQ(0, sysfs_write(A_CG "/dmem.max", limit)) TH_LOG("%s -> dmem.max", limit);
 	snprintf(limit, sizeof(limit), "%s %lu", self->region, B_MAX);
-	ASSERT_EQ(0, write_str(B_CG "/dmem.max", limit)) TH_LOG("%s -> dmem.max", limit);
+	ASSERT_EQ(0, sysfs_write(B_CG "/dmem.max", limit)) TH_LOG("%s -> dmem.max", limit);
 	snprintf(self->current_a, sizeof(self->current_a), "%s", A_CG "/dmem.current");
 	snprintf(self->current_b, sizeof(self->current_b), "%s", B_CG "/dmem.current");
 }
@@ -152,7 +139,7 @@ static pid_t tenant(const char *cg, uid_t uid, int dev, int (*body)(int dev, voi
 	if (pid)
 		return pid;
 	snprintf(procs, sizeof(procs), "%s/cgroup.procs", cg);
-	if (write_str(procs, "0") || setgroups(0, NULL) || setgid(uid) || setuid(uid))
+	if (sysfs_write(procs, "0") || setgroups(0, NULL) || setgid(uid) || setuid(uid))
 		_exit(100);
 	_exit(body(dev, arg));
 }
