@@ -68,6 +68,14 @@ extern CUresult (*cuMemGetInfo)(size_t *, size_t *);
 extern CUresult (*cuDriverGetVersion)(int *);
 bool load_cuda(void);
 
+/* In a loader returning bool, with the library's handle h: v = dlsym(h, n), or return false. */
+#define CUDA_SYM(v, n)                          \
+	do {                                    \
+		*(void **)&(v) = dlsym(h, (n)); \
+		if (!(v))                       \
+			return false;           \
+	} while (0)
+
 #define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 extern volatile int runtime_access;
 /* false with --no-preload */

@@ -97,20 +97,18 @@ bool load_cuda(void)
 
 	if (!h)
 		return false;
-#define SYM(v, n) *(void **)&v = dlsym(h, n); if (!v) return false;
-	SYM(cuInit, "cuInit");
-	SYM(cuDeviceGet, "cuDeviceGet");
-	SYM(cuDeviceGetName, "cuDeviceGetName");
-	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-	SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
-	SYM(cuMemAlloc, "cuMemAlloc_v2");
-	SYM(cuMemFree, "cuMemFree_v2");
-	SYM(cuMemAllocHost, "cuMemAllocHost_v2");
-	SYM(cuMemFreeHost, "cuMemFreeHost");
-	SYM(cuMemAllocManaged, "cuMemAllocManaged");
-	SYM(cuMemGetInfo, "cuMemGetInfo_v2");
-	SYM(cuDriverGetVersion, "cuDriverGetVersion");
-#undef SYM
+	CUDA_SYM(cuInit, "cuInit");
+	CUDA_SYM(cuDeviceGet, "cuDeviceGet");
+	CUDA_SYM(cuDeviceGetName, "cuDeviceGetName");
+	CUDA_SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	CUDA_SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
+	CUDA_SYM(cuMemAlloc, "cuMemAlloc_v2");
+	CUDA_SYM(cuMemFree, "cuMemFree_v2");
+	CUDA_SYM(cuMemAllocHost, "cuMemAllocHost_v2");
+	CUDA_SYM(cuMemFreeHost, "cuMemFreeHost");
+	CUDA_SYM(cuMemAllocManaged, "cuMemAllocManaged");
+	CUDA_SYM(cuMemGetInfo, "cuMemGetInfo_v2");
+	CUDA_SYM(cuDriverGetVersion, "cuDriverGetVersion");
 	return true;
 }
 

@@ -61,22 +61,20 @@ static bool load_vmm(void)
 
 	if (!h)
 		return false;
-#define SYM(v, n) *(void **)&v = dlsym(h, n); if (!v) return false;
-	SYM(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
-	SYM(cuMemCreate, "cuMemCreate");
-	SYM(cuMemRelease, "cuMemRelease");
-	SYM(cuMemAddressReserve, "cuMemAddressReserve");
-	SYM(cuMemAddressFree, "cuMemAddressFree");
-	SYM(cuMemMap, "cuMemMap");
-	SYM(cuMemUnmap, "cuMemUnmap");
-	SYM(cuMemSetAccess, "cuMemSetAccess");
-	SYM(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
-	SYM(cuCtxGetCurrent, "cuCtxGetCurrent");
-	SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
-	SYM(cuMemAllocAsync, "cuMemAllocAsync");
-	SYM(cuMemFreeAsync, "cuMemFreeAsync");
-	SYM(cuStreamSynchronize, "cuStreamSynchronize");
-#undef SYM
+	CUDA_SYM(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+	CUDA_SYM(cuMemCreate, "cuMemCreate");
+	CUDA_SYM(cuMemRelease, "cuMemRelease");
+	CUDA_SYM(cuMemAddressReserve, "cuMemAddressReserve");
+	CUDA_SYM(cuMemAddressFree, "cuMemAddressFree");
+	CUDA_SYM(cuMemMap, "cuMemMap");
+	CUDA_SYM(cuMemUnmap, "cuMemUnmap");
+	CUDA_SYM(cuMemSetAccess, "cuMemSetAccess");
+	CUDA_SYM(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
+	CUDA_SYM(cuCtxGetCurrent, "cuCtxGetCurrent");
+	CUDA_SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
+	CUDA_SYM(cuMemAllocAsync, "cuMemAllocAsync");
+	CUDA_SYM(cuMemFreeAsync, "cuMemFreeAsync");
+	CUDA_SYM(cuStreamSynchronize, "cuStreamSynchronize");
 	return true;
 }
 
