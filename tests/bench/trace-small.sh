@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # Where the time of the small-size paths goes (issue 16, item 6), with ftrace's function_graph
-# tracer (the bench kernel has the function tracer, xtask/src/kernel/config.rs BENCH_TRACING):
+# tracer (the bench kernel has the function tracer, xtask/src/build/kernel/config.rs BENCH_TRACING):
 # - export_map at 4 KiB: the importer's IMPORT ioctl (dma_buf_dynamic_attach + map) of a p2pbuf
 #   buffer and of a udmabuf one, and its RELEASE;
 # - `p2pbuf rdma bench --what reg` at 4 KiB: ibv_reg_dmabuf_mr / ibv_reg_mr and their

@@ -9,7 +9,7 @@
  *
  * Its name makes it run before engine_large on the engine boot: exporting the whole BAR zeroes
  * it, which would wipe the pattern that engine_large leaves there for the host's check of the
- * ivshmem backing file (xtask/src/hostcheck.rs).
+ * ivshmem backing file (xtask/src/judge/hostcheck.rs).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
  * The engine moves 4095 bytes per transfer and QEMU's model finishes a transfer 100 ms of
  * virtual time after it starts: 64 MiB is 16,394 windows, 32,788 transfers, 3,279 s of
  * virtual time. This test is meant for the "engine-icount" boot of `cargo xtask test`
- * (xtask/src/boots.rs), which runs QEMU with -icount shift=auto,sleep=off: the virtual
+ * (xtask/src/judge/boots.rs), which runs QEMU with -icount shift=auto,sleep=off: the virtual
  * clock jumps to the engine's timer while the guest waits for the interrupt, so the wall
  * time is what the guest's own work costs. Times printed here are guest (virtual) times.
  *

@@ -13,7 +13,7 @@
  * unbind), binding again gives a working engine (a verified copy); nothing on the console
  * (DMA-API debug reports a mapping that outlives its device; the harness fails the run on it).
  *
- * The file is named engine_*: it runs on the engine-icount boot (xtask/src/boots.rs,
+ * The file is named engine_*: it runs on the engine-icount boot (xtask/src/judge/boots.rs,
  * ENGINE_TESTS), where the engine's 100 ms per transfer costs no wall time; the main boot
  * leaves engine_* to that boot. The opt-in kcsan boot (KCSAN_TESTS) runs it too, in wall time.
  */

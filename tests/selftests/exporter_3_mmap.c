@@ -34,7 +34,7 @@ TEST_F(p2pbuf, mmap_fresh_is_zero_and_reaches_device_memory)
 	for (i = 0; i < len; i++)
 		ASSERT_EQ(p2pbuf_host_pattern(i, seed), m[i]);
 	sync_buf(fd, DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW);
-	/* The host checks these bytes in the ivshmem backing file (xtask/src/hostcheck.rs). */
+	/* The host checks these bytes in the ivshmem backing file (xtask/src/judge/hostcheck.rs). */
 	printf("# hostcheck target=gpu offset=%llu len=%zu seed=%u\n", (unsigned long long)off, len, seed);
 	fflush(stdout);
 	munmap(m, len);

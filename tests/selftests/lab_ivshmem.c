@@ -3,7 +3,7 @@
  * The emulated GPU memory of the lab: BAR2 of the ivshmem-plain device, mapped through sysfs,
  * is writable and reads back; the bytes written here are checked from the host in the
  * memory-backend-file by `cargo xtask test` (the "# hostcheck" line; the pattern is
- * xtask/src/hostcheck.rs's). The bytes go 4 MiB below the end of the BAR, where the other
+ * xtask/src/judge/hostcheck.rs's). The bytes go 4 MiB below the end of the BAR, where the other
  * tests' allocations (first fit from the start) do not reach.
  */
 #include <dirent.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * GPU-sized device memory: buffers larger than 4 GiB (the large-bar boot gives the emulated GPU
- * memory a 256 GiB BAR, an H200's; xtask/src/boots.rs).
+ * memory a 256 GiB BAR, an H200's; xtask/src/judge/boots.rs).
  *
  * - sg_entries: the table the exporter hands an importer (the edu DMA engine, through
  *   /dev/p2pbuf-dma) has ceil(size / max segment) entries, max segment = 4 GiB - 4 KiB (the
@@ -11,7 +11,7 @@
  * - mmap_beyond_4g: CPU access through the dma-buf's mmap at offsets past 4 GiB (the first page
  *   past 4 GiB and the last page of a 5 GiB buffer), read back through a second mapping that
  *   starts there (a page offset past 4 GiB), and checked by the host in the backing file
- *   ("# hostcheck": xtask/src/hostcheck.rs).
+ *   ("# hostcheck": xtask/src/judge/hostcheck.rs).
  *
  * Buffers are allocated with P2PBUF_ALLOC_UNINITIALIZED: zeroing 256 GiB with memset_io() under
  * TCG takes half an hour and writes 256 GiB into the sparse backing file.

@@ -8,7 +8,7 @@
  * and back), all verified by the CPU here and by the host (NVMe backing file, ivshmem file).
  *
  * Each transfer also asks the host to check the NVMe controller's own view from QEMU's trace
- * ("# hostcheck target=nvmedma ...", xtask/src/hostcheck.rs): every data address the drive
+ * ("# hostcheck target=nvmedma ...", xtask/src/judge/hostcheck.rs): every data address the drive
  * was given for that command lies in the CMB (expect=cmb: the controller recognised its own
  * memory, pci_nvme_map_addr_cmb), in the exporter's buffer (expect=p2p), or, for the control
  * transfer through host memory, outside both BARs (expect=host).

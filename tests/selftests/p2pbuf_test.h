@@ -77,7 +77,7 @@ static inline int p2pbuf_alloc_fd(int dev, __u64 len)
 }
 
 /*
- * The pattern of xtask's host check (xtask/src/hostcheck.rs): byte i of what a test writes to
+ * The pattern of xtask's host check (xtask/src/judge/hostcheck.rs): byte i of what a test writes to
  * device memory that the host then reads back from the BAR's backing file.
  */
 static inline uint8_t p2pbuf_host_pattern(size_t i, unsigned int seed)

@@ -101,7 +101,7 @@ cpu_is_zen() {
 }
 
 # p2p_fabric: what the kernel's p2pdma policy must answer on this boot's fabric (see
-# xtask/src/boots.rs): "switch" (one PCIe switch: BUS_ADDR), "hostbridge" (root ports and a
+# xtask/src/judge/boots.rs): "switch" (one PCIe switch: BUS_ADDR), "hostbridge" (root ports and a
 # Zen CPU: THRU_HOST_BRIDGE, through the IOMMU when there is one), "refused" (root ports and
 # any other CPU: no peer-to-peer path).
 p2p_fabric() {

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """rdma-core's own test suite (tests/run_tests.py, pyverbs) on rxe0, as KTAP.
 
-Used by tests/vm/tests/pyverbs_tests.sh in the pyverbs boot (xtask/src/boots.rs).
+Used by tests/vm/tests/pyverbs_tests.sh in the pyverbs boot (xtask/src/judge/boots.rs).
 
     pyverbs_ktap.py suite DEV [all|dmabuf]
                                    the runs below, one KTAP document on stdout (dmabuf: only

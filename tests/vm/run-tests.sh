@@ -11,7 +11,7 @@ inject=$(cmdline_arg inject)
 test_timeout=$(cmdline_arg test_timeout)
 test_timeout=${test_timeout:-600}
 export P2PBUF_TOPOLOGY=$(cmdline_arg topology)
-# Which boot of `cargo xtask test` this is (xtask/src/boots.rs): the main boot runs every test
+# Which boot of `cargo xtask test` this is (xtask/src/judge/boots.rs): the main boot runs every test
 # but those named in p2pbuf.skip (prefixes) plus the KUnit suites; a topology boot runs only
 # the tests whose names contain one of p2pbuf.only (comma-separated).
 export P2PBUF_SUITE=$(cmdline_arg suite)

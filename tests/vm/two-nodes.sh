@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # One node of the two-node run (`cargo xtask run --nodes 2`, and the two-nodes stage of
-# `cargo xtask test`; xtask/src/nodes.rs). /init runs it for p2pbuf.mode=node with its
+# `cargo xtask test`; xtask/src/vm/nodes.rs). /init runs it for p2pbuf.mode=node with its
 # stdout on ttyS1: a KTAP document the host parses. What it does is also told on the
 # console, on lines starting with "p2pbuf-node: " (the host shows them for `run`).
 #

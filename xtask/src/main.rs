@@ -4,25 +4,18 @@
 //! the whole stack in QEMU. Every step is idempotent; caches live outside the clone.
 
 mod bench;
-mod boots;
-mod fabric;
-mod hostcheck;
-mod initramfs;
-mod kcsan;
-mod kernel;
-mod ktap;
-mod kunit;
-mod mail;
-mod modules;
-mod nodes;
-mod patches;
-mod qemu;
-mod rdma_core;
+mod build;
+mod judge;
 mod series;
-mod setup;
-mod suite;
 mod util;
-mod vmrun;
+mod vm;
+
+// The stages' modules keep their own names at the crate root (`crate::kernel`, `crate::qemu`,
+// ...): the folders group them by stage, and the files moved without their paths changing.
+use build::{fabric, initramfs, kernel, modules, rdma_core, setup};
+use judge::{boots, hostcheck, kcsan, ktap, kunit, suite};
+use series::{mail, patches};
+use vm::{nodes, qemu, vmrun};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -144,8 +137,8 @@ enum Cmd {
         #[arg(long)]
         filter: Option<String>,
         /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
-        /// large-bar, pyverbs, kcsan (xtask/src/boots.rs), and two-nodes (two VMs on one link,
-        /// RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
+        /// large-bar, pyverbs, kcsan (xtask/src/judge/boots.rs), and two-nodes (two VMs on one
+        /// link, RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
         /// suite) and large-bar (a 256 GiB BAR, 10 to 13 min), each by name or by a --filter
         /// of its tests, and kcsan (the race tests on a KCSAN kernel, built under build/kcsan/
         /// for it: by name only), or one boot of the whole suite when --topology/--cpu/--iommu

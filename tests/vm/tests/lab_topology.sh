@@ -52,7 +52,7 @@ if [ "$want_iommu" = 1 ]; then
 else
 	ktap_check "no IOMMU: $grp devices have an IOMMU group" test "$grp" -eq 0
 fi
-# 4-level paging: the lab boots with no5lvl (xtask/src/qemu.rs says why: with LA57, KASAN
+# 4-level paging: the lab boots with no5lvl (xtask/src/vm/qemu.rs says why: with LA57, KASAN
 # can flood from each timer tick and wedge the boot in identify_cpu()). The kernel drops la57
 # from the CPU flags when it runs with 4 levels.
 if grep -qw la57 /proc/cpuinfo; then levels=5; else levels=4; fi

@@ -5,7 +5,7 @@
 # (i*13 + seed + (i>>12)) & 0xff, `p2pbuf rdma write --lab-pattern`); the server verifies them
 # through its mmap of the dma-buf, an RDMA READ returns them, and each write prints a
 # "# hostcheck target=gpu offset=<BAR offset> ..." line, so that `cargo xtask test` finds
-# the same bytes in the ivshmem backing file on the host (xtask/src/hostcheck.rs): the rxe
+# the same bytes in the ivshmem backing file on the host (xtask/src/judge/hostcheck.rs): the rxe
 # data path wrote into the device's BAR, not into some copy. The BAR offset of the buffer
 # comes from the exporter's debugfs, which also shows rxe's kernel mapping (vmaps) and no DMA
 # mapping (rxe attaches for CPU access, without a device: the dma-buf core's bufinfo lists

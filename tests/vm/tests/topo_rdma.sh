@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # ibv_reg_dmabuf_mr of the exporter's device memory on rxe, on the topology boots of
-# `cargo xtask test` (xtask/src/boots.rs). rxe copies with the CPU and attaches dma-bufs for
+# `cargo xtask test` (xtask/src/judge/boots.rs). rxe copies with the CPU and attaches dma-bufs for
 # CPU access, without a device (dma_buf_cpu_attach()): the PCI path between the NIC and the
 # memory does not matter to it, and the exporter makes no DMA mapping. On both root-port
 # fabrics, the one where p2pdma has no path between the NIC and the memory (non-Zen CPU: a

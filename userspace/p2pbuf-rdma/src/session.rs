@@ -310,7 +310,7 @@ pub fn pattern_mismatch(buf: &[u8], seed: u64, start: u64) -> Option<u64> {
 
 /// Byte `i` (counted from a transfer's first byte) of the lab pattern for `seed`: what
 /// tests/selftests' `pat()` writes and `cargo xtask test`'s host check
-/// (xtask/src/hostcheck.rs) looks for in the backing file of the emulated GPU memory.
+/// (xtask/src/judge/hostcheck.rs) looks for in the backing file of the emulated GPU memory.
 pub fn lab_byte(seed: u64, i: u64) -> u8 {
     (i.wrapping_mul(13).wrapping_add(seed).wrapping_add(i >> 12)) as u8
 }
@@ -610,7 +610,7 @@ mod tests {
 
     #[test]
     fn lab_pattern_is_the_host_checks() {
-        // xtask/src/hostcheck.rs: (i*13 + seed + (i>>12)) & 0xff.
+        // xtask/src/judge/hostcheck.rs: (i*13 + seed + (i>>12)) & 0xff.
         let mut b = vec![0u8; 3 << 12];
         fill_lab(&mut b, 7);
         assert_eq!(b[0], 7);

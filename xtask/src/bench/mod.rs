@@ -16,8 +16,8 @@
 //! the metrics' units are inferred (see [`Bench::finish`]).
 //!
 //! Every table and the index say which kernel produced the figures (the bench kernel: the
-//! lab's configuration without its debug block, `xtask/src/kernel/config.rs`); `raw.txt` records it
-//! in its first line, `# kernel ...`, so that `--from-raw` says it again.
+//! lab's configuration without its debug block, `xtask/src/build/kernel/config.rs`);
+//! `raw.txt` records it in its first line, `# kernel ...`, so that `--from-raw` says it again.
 
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};

@@ -14,6 +14,12 @@
 //! - `cover-letter.txt`: the cover letter's subject on the first line, a blank line, the body;
 //! - its patches, `git format-patch` files without any `Signed-off-by:` (the person who
 //!   emits the series adds theirs).
+//!
+//! The series stage: this module is the store; `patches` emits and checks the series
+//! (`cargo xtask patches`), `mail` holds what sending needs.
+
+pub mod mail;
+pub mod patches;
 
 use anyhow::{bail, Context, Result};
 use std::fs;

@@ -1,0 +1,7 @@
+//! The vm stage: booting what `build` made. `qemu` is the command line (topologies, devices),
+//! `vmrun` boots one VM and watches its console and results port, `nodes` runs two VMs on
+//! one link.
+
+pub mod nodes;
+pub mod qemu;
+pub mod vmrun;
