@@ -17,13 +17,12 @@ use judge::{boots, hostcheck, kcsan, ktap, kunit, suite};
 use series::{mail, patches};
 use vm::{nodes, qemu, vmrun};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use qemu::{Mode, Topology, VmConfig};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
-use util::{heading, Ctx, Flavour};
+use util::{Ctx, Flavour};
 
 #[derive(Parser)]
 #[command(
@@ -122,85 +121,13 @@ enum Cmd {
         shell: bool,
     },
     /// Host unit tests, then the in-VM suite; non-zero on any failure, oops, WARN, leak or hang.
-    Test {
-        #[command(flatten)]
-        build: BuildOpts,
-        #[command(flatten)]
-        vm: VmOpts,
-        /// Skip the host-side `cargo test`.
-        #[arg(long)]
-        no_host: bool,
-        /// Give up on the VM after this many seconds.
-        #[arg(long, default_value_t = 900)]
-        timeout: u64,
-        /// Only run in-VM tests whose name contains this.
-        #[arg(long)]
-        filter: Option<String>,
-        /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
-        /// large-bar, pyverbs, kcsan (xtask/src/judge/boots.rs), and two-nodes (two VMs on one
-        /// link, RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
-        /// suite) and large-bar (a 256 GiB BAR, 10 to 13 min), each by name or by a --filter
-        /// of its tests, and kcsan (the race tests on a KCSAN kernel, built under build/kcsan/
-        /// for it: by name only), or one boot of the whole suite when --topology/--cpu/--iommu
-        /// are given.
-        #[arg(long = "boot")]
-        boots: Vec<String>,
-        /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
-        #[arg(long, value_parser = ["fail", "warn"])]
-        inject: Option<String>,
-    },
+    Test(TestArgs),
     /// Run every benchmark in the VM, on the bench kernel (linux/p2pbuf.config without its
     /// debug block, built under build/bench/); Markdown tables and SVG plots under results/.
-    Bench {
-        #[command(flatten)]
-        build: BuildOpts,
-        #[command(flatten)]
-        vm: VmOpts,
-        /// Repetitions per point (passed to each benchmark program as `argv[1]`).
-        #[arg(long, default_value_t = 5)]
-        reps: u32,
-        /// VM runs (boots), each measuring every kind side by side: the tables pool their
-        /// samples and README.md shows each run's ratio, which differ by more than one run's
-        /// spread shows.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100),
-              conflicts_with = "from_raw")]
-        runs: u32,
-        /// Where to write the results.
-        #[arg(long, default_value = "results")]
-        out: PathBuf,
-        /// Give up on the VM after this many seconds.
-        #[arg(long, default_value_t = 3600)]
-        timeout: u64,
-        /// Only run benchmark programs whose file name contains this (programs named trace-*
-        /// run only when it names them: --filter trace-small).
-        #[arg(long)]
-        filter: Option<String>,
-        /// Boot nothing: write the results from a raw.txt of an earlier run (--reps is ignored).
-        #[arg(long)]
-        from_raw: Option<PathBuf>,
-    },
+    Bench(BenchArgs),
     /// Each series of linux/series as format-patch files with a cover letter, signed off by
     /// you, To/Cc from get_maintainer.pl; checkpatch --strict, kernel-doc, rustfmt.
-    Patches {
-        /// Where to write the series (one directory per series).
-        #[arg(long, default_value = "target/patches")]
-        out: PathBuf,
-        /// First export this kernel-tree branch (commits from p2pbuf-base, e.g. p2pbuf) into
-        /// the series directories of linux/series.
-        #[arg(long)]
-        update_from: Option<String>,
-        /// For each series, git am its dependencies, then each of its patches onto a pristine
-        /// worktree and build after each one.
-        #[arg(long)]
-        build_each: bool,
-        /// With --build-each: build only this series (e.g. 4-rust-dma-buf; repeatable). The
-        /// series it depends on are still applied first; the others are only emitted and checked.
-        #[arg(long, value_name = "SERIES", requires = "build_each")]
-        only: Vec<String>,
-        /// Sign off as `Name <mail>` instead of git config user.name/user.email.
-        #[arg(long)]
-        signoff: Option<String>,
-    },
+    Patches(PatchesArgs),
     /// The main job: boot the lab and walk through the stack, explaining each step.
     Run {
         #[command(flatten)]
@@ -213,6 +140,89 @@ enum Cmd {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
         nodes: u8,
     },
+}
+
+// The flags of `test`, `bench` and `patches` (their help is the variant's, in `Cmd`).
+
+#[derive(Args)]
+struct TestArgs {
+    #[command(flatten)]
+    build: BuildOpts,
+    #[command(flatten)]
+    vm: VmOpts,
+    /// Skip the host-side `cargo test`.
+    #[arg(long)]
+    no_host: bool,
+    /// Give up on the VM after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    /// Only run in-VM tests whose name contains this.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
+    /// large-bar, pyverbs, kcsan (xtask/src/judge/boots.rs), and two-nodes (two VMs on one
+    /// link, RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
+    /// suite) and large-bar (a 256 GiB BAR, 10 to 13 min), each by name or by a --filter
+    /// of its tests, and kcsan (the race tests on a KCSAN kernel, built under build/kcsan/
+    /// for it: by name only), or one boot of the whole suite when --topology/--cpu/--iommu
+    /// are given.
+    #[arg(long = "boot")]
+    boots: Vec<String>,
+    /// Prove the harness catches trouble: `fail` adds a failing test, `warn` a kernel WARN.
+    #[arg(long, value_parser = ["fail", "warn"])]
+    inject: Option<String>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    build: BuildOpts,
+    #[command(flatten)]
+    vm: VmOpts,
+    /// Repetitions per point (passed to each benchmark program as `argv[1]`).
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// VM runs (boots), each measuring every kind side by side: the tables pool their
+    /// samples and README.md shows each run's ratio, which differ by more than one run's
+    /// spread shows.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100),
+          conflicts_with = "from_raw")]
+    runs: u32,
+    /// Where to write the results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Give up on the VM after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
+    /// Only run benchmark programs whose file name contains this (programs named trace-*
+    /// run only when it names them: --filter trace-small).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Boot nothing: write the results from a raw.txt of an earlier run (--reps is ignored).
+    #[arg(long)]
+    from_raw: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct PatchesArgs {
+    /// Where to write the series (one directory per series).
+    #[arg(long, default_value = "target/patches")]
+    out: PathBuf,
+    /// First export this kernel-tree branch (commits from p2pbuf-base, e.g. p2pbuf) into
+    /// the series directories of linux/series.
+    #[arg(long)]
+    update_from: Option<String>,
+    /// For each series, git am its dependencies, then each of its patches onto a pristine
+    /// worktree and build after each one.
+    #[arg(long)]
+    build_each: bool,
+    /// With --build-each: build only this series (e.g. 4-rust-dma-buf; repeatable). The
+    /// series it depends on are still applied first; the others are only emitted and checked.
+    #[arg(long, value_name = "SERIES", requires = "build_each")]
+    only: Vec<String>,
+    /// Sign off as `Name <mail>` instead of git config user.name/user.email.
+    #[arg(long)]
+    signoff: Option<String>,
 }
 
 fn main() {
@@ -244,16 +254,18 @@ fn lock_cache(ctx: &Ctx) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// The dispatcher: each command to the stage that does it, under the cache's lock.
 fn real_main(cli: Cli) -> Result<()> {
     let ctx = Ctx::new(cli.cache, cli.verbose)?;
     // Re-rendering bench results from a raw file touches nothing in the cache.
-    let mut lock = if matches!(
+    let from_raw = matches!(
         &cli.cmd,
-        Cmd::Bench {
+        Cmd::Bench(BenchArgs {
             from_raw: Some(_),
             ..
-        }
-    ) {
+        })
+    );
+    let mut lock = if from_raw {
         None
     } else {
         Some(lock_cache(&ctx)?)
@@ -274,185 +286,20 @@ fn real_main(cli: Cli) -> Result<()> {
         Cmd::Vm { build, vm, shell } => {
             let files = suite::build_all(&ctx, &build)?;
             let cfg = vm.config(if shell { Mode::Shell } else { Mode::Run });
-            files.prepare(&cfg)?;
-            heading("vm: booting (Ctrl-A X quits)");
-            let st = Command::new(vmrun::QEMU)
-                .args(qemu::qemu_args(&cfg, &files, true))
-                .status()?;
-            if !st.success() {
-                bail!("QEMU exited with {st}");
-            }
-            Ok(())
+            vm::lab::interactive(&cfg, &files)
         }
-        Cmd::Test {
-            build,
-            vm,
-            no_host,
-            timeout,
-            filter,
-            boots,
-            inject,
-        } => {
-            if !no_host {
-                // The userspace crates' bindings come from rdma-core's headers (bindgen,
-                // libclang): build those first, as on a fresh machine there are none.
-                setup::setup(&ctx)?;
-                rdma_core::rdma_core(&ctx)?;
-                fabric::libfabric(&ctx)?;
-                suite::host_tests(&ctx)?;
-            }
-            suite::vm_tests(
-                &ctx,
-                &build,
-                &vm,
-                &boots,
-                timeout,
-                filter.as_deref(),
-                inject.as_deref(),
-            )
+        Cmd::Test(t) => run_test(&ctx, t),
+        Cmd::Patches(p) => {
+            let opts = patches::PatchOpts {
+                out: ctx.in_repo(p.out),
+                update_from: p.update_from,
+                build_each: p.build_each,
+                only: p.only,
+                signoff: p.signoff,
+            };
+            patches::patches(&ctx, &opts, lock.take())
         }
-        Cmd::Patches {
-            out,
-            update_from,
-            build_each,
-            only,
-            signoff,
-        } => {
-            let out = ctx.in_repo(out);
-            patches::patches(
-                &ctx,
-                &patches::PatchOpts {
-                    out,
-                    update_from,
-                    build_each,
-                    only,
-                    signoff,
-                },
-                lock.take(),
-            )
-        }
-        Cmd::Bench {
-            build,
-            vm,
-            reps,
-            runs,
-            out,
-            timeout,
-            filter,
-            from_raw,
-        } => {
-            let out = ctx.in_repo(out);
-            if let Some(raw) = from_raw {
-                let text = std::fs::read_to_string(&raw)
-                    .with_context(|| format!("reading {}", raw.display()))?;
-                let lines: Vec<String> = text.lines().map(str::to_string).collect();
-                let rep = bench::write_results(&lines, &out, 0, None)?;
-                bench_summary(&rep, &out);
-                return Ok(());
-            }
-            if let Some(f) = &filter {
-                if f.is_empty() || f.contains(char::is_whitespace) {
-                    bail!("--filter takes one word (a part of a benchmark's file name)");
-                }
-            }
-            // Benchmarks run on their own kernel: the lab's configuration without the debug
-            // block (DMA-API debugging, DEBUG_VM, DEBUG_OBJECTS...): they would be measured too.
-            let ctx = ctx.with_flavour(Flavour::Bench);
-            let files = suite::build_all(&ctx, &build)?;
-            let kernel = kernel::describe(&ctx, build.keep_tree);
-            println!("    kernel: {kernel}");
-            let mut cfg = vm.config(Mode::Bench);
-            // tests/bench/rdma.sh pins 1 GiB of host memory (and touches 1 GiB more) for the
-            // registration benchmark.
-            cfg.mem_mib = cfg.mem_mib.max(4096);
-            cfg.append.push(format!("p2pbuf.reps={reps}"));
-            if let Some(f) = &filter {
-                cfg.append.push(format!("p2pbuf.bench={f}"));
-            }
-            let t = Duration::from_secs(timeout);
-            // Every run's lines, each run's after a `# run N` line; the programs' whole output
-            // (diagnostics, progress, trace-* call graphs) of every run, for serial.txt.
-            let (mut lines, mut serial_text, mut trouble) = (vec![], String::new(), vec![]);
-            let mut console_log = None;
-            for run in 1..=runs {
-                heading(&format!(
-                    "bench: booting the lab ({reps} repetitions per size{})",
-                    if runs > 1 {
-                        format!(", run {run} of {runs}")
-                    } else {
-                        String::new()
-                    }
-                ));
-                // A console log per run (logs/console-bench-runN.log with several).
-                let label = if runs > 1 {
-                    format!("bench-run{run}")
-                } else {
-                    "bench".to_string()
-                };
-                let w = vmrun::Watch::new(label, t, vmrun::Show::Progress);
-                let o = match vmrun::boot_and_watch(&ctx, &cfg, &files, &w) {
-                    Ok(o) => o,
-                    // The runs before keep their results: written below, then the error.
-                    Err(e) if run > 1 => {
-                        trouble.push(format!("run {run} did not boot: {e:#}"));
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                };
-                println!(
-                    "    boot to init: {}; whole run: {:.1}s",
-                    o.boot_to_init
-                        .map(|b| format!("{:.1}s", b.as_secs_f64()))
-                        .unwrap_or_else(|| "not seen".into()),
-                    o.wall.as_secs_f64()
-                );
-                if runs > 1 {
-                    lines.push(format!("{}{run}", bench::RUN_LINE));
-                    serial_text.push_str(&format!("{}{run}\n", bench::RUN_LINE));
-                }
-                if !bench::has_samples(&o.parser.lines) {
-                    trouble.push(format!("run {run}: no samples"));
-                }
-                lines.extend(o.parser.lines);
-                serial_text.push_str(&std::fs::read_to_string(&files.results).with_context(
-                    || format!("reading the VM's output {}", files.results.display()),
-                )?);
-                if !serial_text.ends_with('\n') {
-                    serial_text.push('\n');
-                }
-                if !o.problems.is_empty() || o.timed_out {
-                    trouble.push(format!(
-                        "run {run}: kernel problems or a hang, see {}",
-                        o.console_log.display()
-                    ));
-                }
-                console_log = Some(o.console_log);
-            }
-            let rep =
-                bench::write_results(&lines, &out, reps, Some(&kernel)).with_context(|| {
-                    match &console_log {
-                        Some(l) => format!("console log of the last run: {}", l.display()),
-                        None => "no run".to_string(),
-                    }
-                })?;
-            bench_summary(&rep, &out);
-            let serial = out.join("serial.txt");
-            std::fs::write(&serial, serial_text)
-                .with_context(|| format!("writing the VMs' output to {}", serial.display()))?;
-            println!("    the programs' whole output: {}", serial.display());
-            let failed: Vec<String> = rep.failed().iter().map(|p| p.name.clone()).collect();
-            if !trouble.is_empty() || !failed.is_empty() {
-                let mut what = trouble;
-                if !failed.is_empty() {
-                    what.push(format!(
-                        "{} failed (see raw.txt and serial.txt)",
-                        failed.join(", ")
-                    ));
-                }
-                bail!("the bench run hit trouble: {}", what.join("; "));
-            }
-            Ok(())
-        }
+        Cmd::Bench(b) => run_bench(ctx, b),
         Cmd::Run {
             build,
             vm,
@@ -474,58 +321,50 @@ fn real_main(cli: Cli) -> Result<()> {
             build, vm, timeout, ..
         } => {
             let files = suite::build_all(&ctx, &build)?;
-            let cfg = vm.config(Mode::Run);
-            heading("run: booting the lab (TCG); the guest narrates from here");
-            let t = Duration::from_secs(timeout);
-            let w = vmrun::Watch::new("run", t, vmrun::Show::Console);
-            let o = vmrun::boot_and_watch(&ctx, &cfg, &files, &w)?;
-            println!("    console log: {}", o.console_log.display());
-            let mut bad: Vec<String> = o
-                .problems
-                .iter()
-                .map(|p| format!("kernel {}: {}", p.kind, p.line))
-                .collect();
-            if o.hung_before_init {
-                bad.push("hang: the kernel never reached /init (see the console log)".into());
-            } else if o.timed_out {
-                bad.push(format!("hang: no power-off within {timeout}s"));
-            }
-            if !bad.is_empty() {
-                bail!("the run hit trouble: {}", bad.join("; "));
-            }
-            Ok(())
+            vm::lab::narrate(&ctx, &vm.config(Mode::Run), &files, timeout)
         }
     }
 }
 
-/// The terminal summary of a bench run.
-fn bench_summary(rep: &bench::Report, out: &std::path::Path) {
-    heading("bench: summary (median of the kind / median of the baseline)");
-    println!("    kernel: {}", rep.kernel);
-    for l in bench::summary_lines(&rep.benches) {
-        println!("    {l}");
+/// `cargo xtask test`: the host tests (after what their bindings need), then the in-VM suite.
+fn run_test(ctx: &Ctx, t: TestArgs) -> Result<()> {
+    if !t.no_host {
+        // The userspace crates' bindings come from rdma-core's headers (bindgen,
+        // libclang): build those first, as on a fresh machine there are none.
+        setup::setup(ctx)?;
+        rdma_core::rdma_core(ctx)?;
+        fabric::libfabric(ctx)?;
+        suite::host_tests(ctx)?;
     }
-    if !rep.spread.is_empty() {
-        println!(
-            "    ratio of each VM run (bench | metric | ratio | x | each run | median | range):"
-        );
-        for row in &rep.spread {
-            println!("    {row}");
-        }
+    suite::vm_tests(
+        ctx,
+        &t.build,
+        &t.vm,
+        &t.boots,
+        t.timeout,
+        t.filter.as_deref(),
+        t.inject.as_deref(),
+    )
+}
+
+/// `cargo xtask bench`: the bench kernel built and booted (or `--from-raw` written again).
+fn run_bench(ctx: Ctx, b: BenchArgs) -> Result<()> {
+    let out = ctx.in_repo(b.out);
+    if let Some(raw) = b.from_raw {
+        return bench::run::from_raw(&raw, &out);
     }
-    for p in rep.failed() {
-        println!(
-            "    program {} {}",
-            p.name,
-            match p.exit {
-                Some(c) => format!("exited {c}"),
-                None => "did not finish".into(),
-            }
-        );
-    }
-    println!(
-        "    results: {}/README.md ({} files: a table and a plot per benchmark)",
-        out.display(),
-        rep.files.len()
-    );
+    let opts = bench::run::BenchOpts {
+        reps: b.reps,
+        runs: b.runs,
+        out,
+        timeout: Duration::from_secs(b.timeout),
+        filter: b.filter,
+    };
+    opts.check()?;
+    // Benchmarks run on their own kernel: the lab's configuration without the debug
+    // block (DMA-API debugging, DEBUG_VM, DEBUG_OBJECTS...): they would be measured too.
+    let ctx = ctx.with_flavour(Flavour::Bench);
+    let files = suite::build_all(&ctx, &b.build)?;
+    let kernel = kernel::describe(&ctx, b.build.keep_tree);
+    bench::run::bench(&ctx, &files, &kernel, b.vm.config(Mode::Bench), &opts)
 }

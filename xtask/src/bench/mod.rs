@@ -27,6 +27,7 @@ use std::path::Path;
 
 mod plots;
 mod protocol;
+pub mod run;
 mod stats;
 mod tables;
 
