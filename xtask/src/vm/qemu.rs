@@ -220,11 +220,35 @@ fn p(path: &Path) -> String {
 /// The devices of one VM, on the bus each topology gives them.
 const DEVICES: [&str; 4] = ["gpu", "nvme", "edu", "nic"];
 
+/// A QEMU argument list being built.
+#[derive(Default)]
+struct QemuArgs(Vec<String>);
+
+impl QemuArgs {
+    fn push(&mut self, xs: &[&str]) {
+        self.0.extend(xs.iter().map(|s| s.to_string()));
+    }
+}
+
 /// Builds the QEMU argument list (without the binary).
 pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<String> {
-    let mut a: Vec<String> = vec![];
-    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
-    push(&[
+    let mut a = QemuArgs::default();
+    machine(&mut a, cfg);
+    a.push(&["-no-reboot", "-nodefaults", "-display", "none"]);
+    a.push(&["-kernel", &p(&files.kernel), "-initrd", &p(&files.initrd)]);
+    a.push(&["-append", &kernel_cmdline(cfg)]);
+    serial_ports(&mut a, cfg, files, interactive);
+    if cfg.iommu {
+        a.push(&["-device", "intel-iommu,intremap=on,caching-mode=on"]);
+    }
+    backends(&mut a, cfg, files);
+    devices(&mut a, cfg);
+    a.0
+}
+
+/// The machine: q35, the accelerator and CPU, vCPUs, RAM and the 64-bit PCI hole.
+fn machine(a: &mut QemuArgs, cfg: &VmConfig) {
+    a.push(&[
         "-machine",
         if cfg.iommu {
             "q35,kernel-irqchip=split"
@@ -233,9 +257,9 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         },
     ]);
     if cfg.kvm {
-        push(&["-accel", "kvm", "-cpu", "host"]);
+        a.push(&["-accel", "kvm", "-cpu", "host"]);
     } else if cfg.icount {
-        push(&[
+        a.push(&[
             "-accel",
             "tcg",
             "-icount",
@@ -244,22 +268,24 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
             &cfg.cpu,
         ]);
     } else {
-        push(&["-accel", "tcg,thread=multi", "-cpu", &cfg.cpu]);
+        a.push(&["-accel", "tcg,thread=multi", "-cpu", &cfg.cpu]);
     }
-    push(&[
+    a.push(&[
         "-smp",
         &cfg.smp.to_string(),
         "-m",
         &format!("{}M", cfg.guest_mem_mib()),
     ]);
     if let Some(hole) = cfg.pci_hole64_bytes() {
-        push(&[
+        a.push(&[
             "-global",
             &format!("q35-pcihost.pci-hole64-size={}G", hole.div_ceil(1 << 30)),
         ]);
     }
-    push(&["-no-reboot", "-nodefaults", "-display", "none"]);
-    push(&["-kernel", &p(&files.kernel), "-initrd", &p(&files.initrd)]);
+}
+
+/// The guest kernel's command line.
+fn kernel_cmdline(cfg: &VmConfig) -> String {
     let mut append = vec![
         "console=ttyS0".to_string(),
         "panic=-1".into(),
@@ -292,30 +318,35 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         append.push("intel_iommu=on".into());
     }
     append.extend(cfg.append.iter().cloned());
-    push(&["-append", &append.join(" ")]);
+    append.join(" ")
+}
+
+/// The console (the terminal, or piped to the watcher), the results port, and in test mode
+/// QEMU's trace of the NVMe controller.
+fn serial_ports(a: &mut QemuArgs, cfg: &VmConfig, files: &VmFiles, interactive: bool) {
     if interactive {
-        push(&["-serial", "mon:stdio"]);
+        a.push(&["-serial", "mon:stdio"]);
     } else {
-        push(&["-monitor", "none", "-serial", "stdio"]);
+        a.push(&["-monitor", "none", "-serial", "stdio"]);
     }
-    push(&["-serial", &format!("file:{}", p(&files.results))]);
+    a.push(&["-serial", &format!("file:{}", p(&files.results))]);
     if cfg.mode == Mode::Test {
         // The NVMe controller's view of each read and write: the command (LBA, bytes) and
         // every data address it was given (pci_nvme_map_addr, and _cmb for addresses in its
         // own CMB). One line per 4 KiB page; only in test mode. Every -trace names the file:
         // QEMU keeps the last one's (none: stderr).
         for ev in ["pci_nvme_map_addr*", "pci_nvme_read", "pci_nvme_write"] {
-            push(&[
+            a.push(&[
                 "-trace",
                 &format!("enable={ev},file={}", p(&files.nvme_trace)),
             ]);
         }
     }
-    if cfg.iommu {
-        push(&["-device", "intel-iommu,intremap=on,caching-mode=on"]);
-    }
-    // Backends.
-    push(&[
+}
+
+/// The devices' backends: the GPU memory's file, the drive's image, the NIC's network.
+fn backends(a: &mut QemuArgs, cfg: &VmConfig, files: &VmFiles) {
+    a.push(&[
         "-object",
         &format!(
             "memory-backend-file,id=gpumem,size={}M,mem-path={},share=on",
@@ -323,7 +354,7 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
             p(&files.gpu_mem)
         ),
     ]);
-    push(&[
+    a.push(&[
         "-drive",
         &format!(
             "file={},if=none,id=nvme0,format=raw,cache=unsafe",
@@ -331,8 +362,8 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         ),
     ]);
     match &cfg.link {
-        None => push(&["-netdev", "user,id=net0"]),
-        Some(l) => push(&[
+        None => a.push(&["-netdev", "user,id=net0"]),
+        Some(l) => a.push(&[
             "-netdev",
             &format!(
                 "dgram,id=net0,local.type=inet,local.host=127.0.0.1,local.port={},remote.type=inet,remote.host=127.0.0.1,remote.port={}",
@@ -340,22 +371,21 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
             ),
         ]),
     }
-    let mac = cfg
-        .link
-        .as_ref()
-        .map_or(String::new(), |l| format!(",mac={}", l.mac));
-    // The fabric: the bus each device plugs into.
+}
+
+/// The fabric (the bus each device plugs into, by topology), then the devices on it.
+fn devices(a: &mut QemuArgs, cfg: &VmConfig) {
     let buses: Vec<String> = match cfg.topology {
         Topology::Switch => {
-            push(&[
+            a.push(&[
                 "-device",
                 "pcie-root-port,id=rp0,chassis=1,slot=0,bus=pcie.0",
             ]);
-            push(&["-device", "x3130-upstream,id=sw0,bus=rp0"]);
+            a.push(&["-device", "x3130-upstream,id=sw0,bus=rp0"]);
             (0..DEVICES.len())
                 .map(|i| {
                     let id = format!("dp{i}");
-                    push(&[
+                    a.push(&[
                         "-device",
                         &format!(
                             "xio3130-downstream,id={id},bus=sw0,chassis={},slot=0",
@@ -369,7 +399,7 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
         Topology::Rootports => (0..DEVICES.len())
             .map(|i| {
                 let id = format!("rp{}", i + 1);
-                push(&[
+                a.push(&[
                     "-device",
                     &format!("pcie-root-port,id={id},chassis={},slot=0,bus=pcie.0", i + 1),
                 ]);
@@ -377,6 +407,10 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
             })
             .collect(),
     };
+    let mac = cfg
+        .link
+        .as_ref()
+        .map_or(String::new(), |l| format!(",mac={}", l.mac));
     for (dev, bus) in DEVICES.iter().zip(&buses) {
         let d = match *dev {
             "gpu" => format!("ivshmem-plain,memdev=gpumem,bus={bus},id=gpu0"),
@@ -387,9 +421,8 @@ pub fn qemu_args(cfg: &VmConfig, files: &VmFiles, interactive: bool) -> Vec<Stri
             "edu" => format!("edu,dma_mask=0xffffffffffffffff,bus={bus},id=edu0"),
             _ => format!("virtio-net-pci,netdev=net0,bus={bus},id=nic0{mac}"),
         };
-        push(&["-device", &d]);
+        a.push(&["-device", &d]);
     }
-    a
 }
 
 #[cfg(test)]
