@@ -241,6 +241,9 @@ pub fn summary_lines(benches: &[Bench]) -> Vec<String> {
 
 /// The index of a results directory. `kernel` says which kernel produced the figures; `runs`
 /// is how many VM runs the samples come from, `spread` the rows of [`run_spread`].
+///
+/// Over 100 lines on purpose: one Markdown document written top to bottom (header, tables,
+/// summary, spread, programs, problems), in the order it reads.
 pub fn index(
     benches: &[Bench],
     progs: &[Program],

@@ -28,6 +28,10 @@ pub(crate) const COLORS: [&str; 8] = [
 /// per kind the medians joined by a line, the interquartile range as a thick bar and min-max
 /// as a thin whisker. The baseline is dashed. The y axis is logarithmic when the values span
 /// more than 50x.
+///
+/// Over 100 lines on purpose: one SVG document written top to bottom, every panel drawn with
+/// the page's geometry and x scale, which pieces split off would all take as arguments
+/// (issue 30 names `plotters` as its replacement).
 pub fn svg(b: &Bench) -> String {
     let (w, ph, l, r, top, gap) = (760.0f64, 230.0f64, 80.0, 170.0, 44.0, 40.0);
     let n = b.metrics.len().max(1) as f64;

@@ -110,6 +110,9 @@ pub fn dmabuf_detected(config_h: &str, config_log: &str, rdma: &Path) -> Result<
     ))
 }
 
+// Over 100 lines on purpose: one sequence of logged steps (the stamp check, unpack, autogen,
+// configure, the checks of config.h, make, install, fabtests), each a few lines, sharing the
+// source and staging paths; read top to bottom, it is the order of the build.
 pub fn libfabric(ctx: &Ctx) -> Result<()> {
     heading(&format!(
         "libfabric {LIBFABRIC_VERSION} (verbs with dma-buf MRs, rxm, tcp) + fabtests"

@@ -388,6 +388,9 @@ fn build_selftests(
     Ok(names)
 }
 
+// Over 100 lines on purpose: the list of what goes into the guest (directories, busybox, the
+// suite, the benchmarks, the modules, the tools and their libraries), each a few lines, in the
+// order the image is laid out.
 pub fn initramfs(ctx: &Ctx) -> Result<PathBuf> {
     heading(&format!(
         "initramfs: busybox, modules, tests, tools, p2pbuf binaries{}",

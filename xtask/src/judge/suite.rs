@@ -123,6 +123,10 @@ fn flavours_of(boots: &[Option<boots::Boot>], two_nodes: bool) -> Vec<Flavour> {
 /// Builds what the selected boots need ([`build_all`] for each of their kernels, the lab
 /// kernel's first), then runs the in-VM suite on every selected boot; one line per boot at
 /// the end.
+///
+/// Over 100 lines on purpose: the selection of boots, the build of their kernels, each boot and
+/// the two-node stage, and the summary share the selection and the per-boot results; split,
+/// each piece would take all of them.
 #[allow(clippy::too_many_arguments)]
 pub fn vm_tests(
     ctx: &Ctx,

@@ -147,6 +147,10 @@ pub fn boot_and_watch(ctx: &Ctx, cfg: &VmConfig, files: &VmFiles, w: &Watch) -> 
 
 /// As [`boot_and_watch`], handing every console line to `on_line` as it arrives (the
 /// two-node run narrates from it).
+///
+/// Over 100 lines on purpose: one event loop whose state (the KTAP parser, the problems, the
+/// KCSAN scan, the results file's position, the timers) each of its branches updates; split,
+/// each piece would take all of it.
 pub fn boot_and_watch_with(
     ctx: &Ctx,
     cfg: &VmConfig,

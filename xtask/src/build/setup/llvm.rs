@@ -95,6 +95,9 @@ fn llvm_prefix_line(prefix: &Path) -> String {
     format!("prefix={}", prefix.display())
 }
 
+// Over 100 lines on purpose: one sequence (check the downloaded .debs, unpack each, point every
+// ELF at trixie's loader and libraries, record what was done), sharing the prefix's paths;
+// read top to bottom, it is the order of the install.
 fn install_llvm(ctx: &Ctx, dl: &Path) -> Result<()> {
     let prefix = ctx.llvm_prefix();
     let _ = fs::remove_file(ctx.llvm_stamp());

@@ -295,6 +295,9 @@ fn is_series_tree(name: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
+// Over 100 lines on purpose: one sequence of logged steps (find or download the pinned .deb,
+// unpack, git init, the base commit, the tag), each a few lines, sharing the package's and the
+// tree's paths; read top to bottom, it is the order of the set-up.
 fn kernel_source(ctx: &Ctx) -> Result<()> {
     let pkg = format!("linux-source-{KERNEL_SERIES}");
     let prefix = format!("{pkg}_");

@@ -41,6 +41,10 @@ fn check_dirs(cache: &Path, ksrc: &Path) -> (PathBuf, PathBuf) {
 /// output is in `logs/build-each-<series>-NN.log`; its compiler and Clippy warnings are counted
 /// and printed. A series that touches `rust/` ends with `make rustdoc` on its last step
 /// ([`rustdoc`], `logs/build-each-<series>-rustdoc.log`), counted as one more step.
+///
+/// Over 100 lines on purpose: one loop over the series whose state (the private worktree, the
+/// configuration sync, the cache lock given up midway, the per-series warning totals) every
+/// step uses; split, each piece would take all of it.
 pub(super) fn build_each(
     ctx: &Ctx,
     series: &[&Emitted],

@@ -21,6 +21,10 @@ struct BranchCommit {
 /// ([`series::split`]), written into their directories (cover letters and series.toml kept).
 /// The stored patches carry no `Signed-off-by:`; an author with a made-up address (a reserved
 /// domain, as the lab's old `p2pbuf developers <dev@p2pbuf.invalid>`) becomes the exporter.
+///
+/// Over 100 lines for now: one pass over the branch's commits (read, split into the series,
+/// write each series' files) on the patch path that the b4 migration of issue 30, item 5,
+/// reworks; restructured then rather than twice.
 pub(super) fn export(ctx: &Ctx, all: &[Series], branch: &str, me: &Ident) -> Result<()> {
     let ksrc = ctx.ksrc()?;
     if output(git(ctx)?.args([

@@ -122,6 +122,10 @@ fn patch_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Emits series `i` into `out/<N>-<name>/` and checks it.
+///
+/// Over 100 lines for now: what `b4 prep`/`b4 send -o` would do for one series (commits,
+/// trailers, recipients, cover letter, format-patch, checks); restructured with the b4
+/// migration of issue 30, item 5, rather than twice.
 fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<Emitted> {
     let s = &all[i];
     if s.patches.is_empty() {
@@ -259,6 +263,10 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
 
 /// `cache_lock` is the cache's lock that `main` holds for this run: `--build-each` gives it up
 /// once it only uses its private worktree and build directory.
+///
+/// Over 100 lines for now: the driver of `cargo xtask patches`, the part that b4 is to take
+/// over (issue 30, item 5: cover letters, To/Cc, trailers, checks); restructured with that
+/// migration rather than twice.
 pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result<()> {
     heading("patches: the kernel series, one per tree");
     let me = signer(ctx, o.signoff.as_deref())?;

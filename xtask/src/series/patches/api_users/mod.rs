@@ -345,6 +345,9 @@ struct State {
 }
 
 impl State {
+    // Over 100 lines on purpose: one pass over a patch's files and hunks that keeps the files,
+    // the scanners of the old and new side and the added and removed items in step, line by
+    // line; split, each piece would take all of that state.
     fn patch(&mut self, series: usize, patch: &str, text: &str) {
         let mut added: Vec<Item> = vec![];
         let mut removed: Vec<String> = vec![];
