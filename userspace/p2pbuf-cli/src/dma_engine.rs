@@ -12,7 +12,8 @@ use p2pbuf::{Access, DmaBuf, Error};
 use serde::Serialize;
 
 use crate::output::print_json;
-use crate::verify::{fill_pattern, mismatches, pattern};
+use crate::verify::mismatches;
+use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
 pub enum DmaEngineCmd {
@@ -124,7 +125,7 @@ pub struct CopyReport {
 fn fill(buf: &DmaBuf, seed: u32) -> p2pbuf::Result<()> {
     let mut m = buf.map(Access::ReadWrite)?;
     let mut w = m.write()?;
-    fill_pattern(&mut w, seed);
+    pattern::fill(&mut w, seed.into());
     w.finish()
 }
 
@@ -178,9 +179,9 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
         let r = m.read()?;
         let b = mismatches(&r, |i| {
             if i >= dst_offset && i < dst_offset + len {
-                pattern(i - dst_offset + src_offset, seed)
+                pattern::byte((i - dst_offset + src_offset) as u64, seed.into())
             } else {
-                pattern(i, dseed)
+                pattern::byte(i as u64, dseed.into())
             }
         });
         r.finish()?;

@@ -11,7 +11,8 @@ use p2pbuf::{Access, Error};
 use serde::Serialize;
 
 use crate::output::print_json;
-use crate::verify::{fill_pattern, mib_per_s, mismatches, pattern};
+use crate::verify::{mib_per_s, mismatches};
+use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
 pub enum NvmeCmd {
@@ -127,7 +128,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
         Buffer::Host(h) => {
             let b = &mut h.as_mut_slice()[..len];
             if write {
-                fill_pattern(b, seed0);
+                pattern::fill(b, seed0.into());
                 let t = Instant::now();
                 drive.write_from(b, offset as u64)?;
                 (t.elapsed().as_secs_f64(), None)
@@ -135,7 +136,10 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
                 let t = Instant::now();
                 drive.read_into(b, offset as u64)?;
                 let s = t.elapsed().as_secs_f64();
-                (s, seed.map(|sd| mismatches(b, |i| pattern(i, sd))))
+                (
+                    s,
+                    seed.map(|sd| mismatches(b, |i| pattern::byte(i as u64, sd.into()))),
+                )
             }
         }
         dma => {
@@ -144,7 +148,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
             if write {
                 {
                     let mut w = map.write()?;
-                    fill_pattern(&mut w[..len], seed0);
+                    pattern::fill(&mut w[..len], seed0.into());
                     w.finish()?;
                 }
                 let r = map.read()?;
@@ -168,7 +172,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
                 };
                 let v = seed.map(|sd| {
                     let r = map.read()?;
-                    let m = mismatches(&r[..len], |i| pattern(i, sd));
+                    let m = mismatches(&r[..len], |i| pattern::byte(i as u64, sd.into()));
                     r.finish()?;
                     Ok::<_, Error>(m)
                 });

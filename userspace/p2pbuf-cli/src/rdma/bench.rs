@@ -418,7 +418,7 @@ fn server(
     if reply.in_range {
         Served(&buf)
             .with_bytes(q.offset, q.len, &mut |b| {
-                reply.checksum = session::checksum(b);
+                reply.checksum = p2pbuf::pattern::checksum(b);
                 reply.first_mismatch = q
                     .seed
                     .and_then(|seed| session::pattern_mismatch(b, seed, q.offset));
@@ -547,7 +547,7 @@ fn bench_write(a: &BenchArgs) -> p2pbuf::Result<()> {
             len: max as u64,
             seed: Some(0xbe4c),
             lab: false,
-            checksum: session::checksum(bytes),
+            checksum: p2pbuf::pattern::checksum(bytes),
         };
         conn.send(&req.encode())?;
         let _ = session::Reply::decode(&conn.recv(Duration::from_secs(600))?)?;
