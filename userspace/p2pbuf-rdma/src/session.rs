@@ -16,7 +16,7 @@ use p2pbuf::{pattern, Error, Result};
 use serde::Serialize;
 
 use crate::cm::{self, Listener, Op, Transfer};
-use crate::verbs::{Access, HostBuf, MrInfo, MrKind, Pd};
+use crate::verbs::{HostBuf, MrAccess, MrInfo, MrKind, Pd};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"P2PB");
 const VERSION: u32 = 1;
@@ -479,7 +479,7 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
     if let (Op::Write, Some(seed)) = (o.op, o.seed) {
         fill_any(buf.as_mut_slice(), seed, o.lab, o.offset);
     }
-    let local = conn.pd().reg_mr(buf, Access::LOCAL_WRITE)?;
+    let local = conn.pd().reg_mr(buf, MrAccess::LOCAL_WRITE)?;
     let info = local.info();
     let repeat = o.repeat.max(1);
     let remote = hello.addr.wrapping_add(o.offset);

@@ -9,7 +9,7 @@ use p2pbuf::memory::{self, Buffer, Source};
 use p2pbuf::units::{human_size, parse_size, parse_u64};
 use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::session::ServerMemory;
-use p2pbuf_rdma::{Access, MrInfo, Pd};
+use p2pbuf_rdma::{MrAccess, MrInfo, Pd};
 
 #[derive(Args, Debug)]
 pub struct BufArgs {
@@ -34,7 +34,7 @@ pub struct BufArgs {
     pub iova: Option<u64>,
     /// Access flags: lw (LOCAL_WRITE), rw (REMOTE_WRITE), rr (REMOTE_READ), ra, none.
     #[arg(long, default_value = "lw,rw,rr")]
-    pub access: Access,
+    pub access: MrAccess,
     /// RDMA device (default: the first, or the one the bind address belongs to).
     #[arg(long)]
     pub device: Option<String>,
