@@ -22,9 +22,9 @@ pub enum NvmeCmd {
         #[command(flatten)]
         io: Io,
         /// The buffer to read into.
-        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-              help = crate::MEMORY_HELP)]
-        into: Source,
+        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+              help = crate::mem::HELP)]
+        mem: Source,
         /// Check that the data is `p2pbuf nvme write --pattern-seed S`'s pattern.
         #[arg(long)]
         verify_seed: Option<u32>,
@@ -35,9 +35,9 @@ pub enum NvmeCmd {
         #[command(flatten)]
         io: Io,
         /// The buffer to write from.
-        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-              help = crate::MEMORY_HELP)]
-        from: Source,
+        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+              help = crate::mem::HELP)]
+        mem: Source,
         /// Pattern seed (`read --verify-seed` checks it).
         #[arg(long, default_value_t = 1)]
         pattern_seed: u32,
@@ -95,14 +95,14 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
     let (write, Io { dev, offset, len }, kind, seed) = match c {
         NvmeCmd::Read {
             io,
-            into,
+            mem,
             verify_seed,
-        } => (false, io, into, verify_seed),
+        } => (false, io, mem, verify_seed),
         NvmeCmd::Write {
             io,
-            from,
+            mem,
             pattern_seed,
-        } => (true, io, from, Some(pattern_seed)),
+        } => (true, io, mem, Some(pattern_seed)),
     };
     let op = if write { "write" } else { "read" };
     if len == 0 {
