@@ -566,42 +566,24 @@ mod tests {
         }
         let _same_type: sys::CUdeviceptr = 0 as CuDevicePtr;
         // The symbols of `driver()`, by cuda.h's own names (a rename there fails the build).
-        let symbols: [(&CStr, usize); 8] = [
-            (
-                c"cuPointerGetAttributes",
-                sys::cuPointerGetAttributes as *const () as usize,
-            ),
-            (
-                c"cuMemGetHandleForAddressRange",
-                sys::cuMemGetHandleForAddressRange as *const () as usize,
-            ),
-            (
-                c"cuCtxPushCurrent_v2",
-                sys::cuCtxPushCurrent_v2 as *const () as usize,
-            ),
-            (
-                c"cuCtxPopCurrent_v2",
-                sys::cuCtxPopCurrent_v2 as *const () as usize,
-            ),
-            (c"cuGetErrorName", sys::cuGetErrorName as *const () as usize),
-            (
-                c"cuMemGetAddressRange_v2",
-                sys::cuMemGetAddressRange_v2 as *const () as usize,
-            ),
-            (
-                c"cuDevicePrimaryCtxRetain",
-                sys::cuDevicePrimaryCtxRetain as *const () as usize,
-            ),
-            (
-                c"cuDevicePrimaryCtxRelease_v2",
-                sys::cuDevicePrimaryCtxRelease_v2 as *const () as usize,
-            ),
-        ];
+        macro_rules! symbols {
+            ($($f:ident),*) => { [$((stringify!($f), sys::$f as *const () as usize)),*] };
+        }
+        let symbols = symbols!(
+            cuPointerGetAttributes,
+            cuMemGetHandleForAddressRange,
+            cuCtxPushCurrent_v2,
+            cuCtxPopCurrent_v2,
+            cuGetErrorName,
+            cuMemGetAddressRange_v2,
+            cuDevicePrimaryCtxRetain,
+            cuDevicePrimaryCtxRelease_v2
+        );
         let src = include_str!("cuda.rs");
         for (name, f) in symbols {
             assert_ne!(f, 0);
-            let lit = format!("load!(c\"{}\"", name.to_str().unwrap());
-            assert!(src.contains(&lit), "driver() no longer loads {name:?}");
+            let lit = format!("load!(c\"{name}\"");
+            assert!(src.contains(&lit), "driver() no longer loads {name}");
         }
         assert_eq!(src.matches("load!(c\"").count(), symbols.len());
     }
