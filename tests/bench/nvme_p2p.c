@@ -52,11 +52,6 @@ static double cpu_s(void)
 	       r.ru_stime.tv_usec / 1e6;
 }
 
-static uint8_t pat(size_t i)
-{
-	return (uint8_t)(i * 13 + 7 + (i >> 12));
-}
-
 struct ctx {
 	int nvme;
 	uint8_t *dev;	/* device memory (p2pbuf mmap) */
@@ -112,7 +107,7 @@ static int verify(struct ctx *c, size_t size)
 	size_t i;
 
 	for (i = 0; i < size; i++)
-		if (c->dev[i] != pat(i))
+		if (c->dev[i] != p2pbuf_pattern(i, 7))
 			return -1;
 	return 0;
 }
@@ -141,7 +136,7 @@ int main(int argc, char **argv)
 	}
 	/* The drive region holds the pattern; host memory is faulted in before any timing. */
 	for (i = 0; i < MAX_SIZE; i++)
-		c.host[i] = pat(i);
+		c.host[i] = p2pbuf_pattern(i, 7);
 	if (pwrite(c.nvme, c.host, MAX_SIZE, DRIVE_OFF) != (ssize_t)MAX_SIZE) {
 		fprintf(stderr, "# nvme_p2p: preparing the drive: %s\n", strerror(errno));
 		return 1;

@@ -65,7 +65,7 @@ static void fill(struct p2pbuf_buf *b, size_t from, size_t len, unsigned int see
 
 	p2pbuf_cpu_access(b, 1);
 	for (i = 0; i < len; i++)
-		b->map[from + i] = host ? p2pbuf_host_pattern(i, seed) : pat(from + i, seed);
+		b->map[from + i] = host ? p2pbuf_pattern(i, seed) : pat(from + i, seed);
 	p2pbuf_cpu_access(b, 0);
 }
 
@@ -251,7 +251,7 @@ static long copy_check(struct __test_metadata *_metadata, int dev, struct p2pbuf
 		if (i < doff || i >= doff + len)
 			want = pat(i, seed + 1000);
 		else if (host)
-			want = p2pbuf_host_pattern(i - doff, seed);
+			want = p2pbuf_pattern(i - doff, seed);
 		else
 			want = pat(i - doff + soff, seed);
 		if (dst->map[i] != want && !bad++)

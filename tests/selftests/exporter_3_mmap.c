@@ -30,9 +30,9 @@ TEST_F(p2pbuf, mmap_fresh_is_zero_and_reaches_device_memory)
 	for (i = 0; i < len; i++)
 		ASSERT_EQ(0, m[i]) TH_LOG("fresh buffer not zero at %zu", i);
 	for (i = 0; i < len; i++)
-		m[i] = p2pbuf_host_pattern(i, seed);
+		m[i] = p2pbuf_pattern(i, seed);
 	for (i = 0; i < len; i++)
-		ASSERT_EQ(p2pbuf_host_pattern(i, seed), m[i]);
+		ASSERT_EQ(p2pbuf_pattern(i, seed), m[i]);
 	sync_buf(fd, DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW);
 	/* The host checks these bytes in the ivshmem backing file (xtask/src/judge/hostcheck.rs). */
 	printf("# hostcheck target=gpu offset=%llu len=%zu seed=%u\n", (unsigned long long)off, len, seed);
@@ -81,7 +81,7 @@ TEST_F(p2pbuf, alloc_uninitialized_keeps_stale_data_and_needs_cap_sys_rawio)
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	for (i = 0; i < len; i++)
-		m[i] = p2pbuf_host_pattern(i, seed);
+		m[i] = p2pbuf_pattern(i, seed);
 	munmap(m, len);
 	close(fd);
 	/* First fit: the same memory again, as it was left. */
@@ -91,7 +91,7 @@ TEST_F(p2pbuf, alloc_uninitialized_keeps_stale_data_and_needs_cap_sys_rawio)
 	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	for (i = 0; i < len; i++)
-		stale += m[i] == p2pbuf_host_pattern(i, seed);
+		stale += m[i] == p2pbuf_pattern(i, seed);
 	EXPECT_EQ(len, stale) TH_LOG("only %zu of %zu bytes kept", stale, len);
 	munmap(m, len);
 	close(fd);
@@ -197,7 +197,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 			if (cm == MAP_FAILED)
 				_exit(11);
 			for (i = 0; i < len; i++)
-				cm[i] = p2pbuf_host_pattern(i, 77);
+				cm[i] = p2pbuf_pattern(i, 77);
 			if (write(sv[1], &c, 1) != 1)
 				_exit(12);
 			/* order 1: wait for the parent to close its fd first. */
@@ -212,7 +212,7 @@ TEST_F(p2pbuf, fd_passing_scm_rights)
 		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 		ASSERT_NE(MAP_FAILED, m);
 		for (i = 0; i < len; i++)
-			ASSERT_EQ(p2pbuf_host_pattern(i, 77), m[i]);
+			ASSERT_EQ(p2pbuf_pattern(i, 77), m[i]);
 		munmap(m, len);
 		close(fd);
 		if (order == 1) {

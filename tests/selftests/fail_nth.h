@@ -236,7 +236,7 @@ static int setup_copy(struct ctx *c)
 	if (m == MAP_FAILED)
 		return -errno;
 	for (i = 0; i < COPY_LEN; i++)
-		m[i] = p2pbuf_host_pattern(i, 27);
+		m[i] = p2pbuf_pattern(i, 27);
 	munmap(m, PAGE);
 	return 0;
 }
@@ -538,7 +538,7 @@ static int verify_copy(struct ctx *c)
 	if (m == MAP_FAILED)
 		return -1;
 	for (i = 0; i < COPY_LEN; i++)
-		bad |= m[i] != p2pbuf_host_pattern(i, 27);
+		bad |= m[i] != p2pbuf_pattern(i, 27);
 	munmap(m, PAGE);
 	return bad ? -1 : 0;
 }

@@ -51,9 +51,9 @@ TEST(bar2_write_read_back)
 	bar = mmap(NULL, LAB_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
 	ASSERT_NE(MAP_FAILED, (void *)bar) TH_LOG("mmap %s: %s", path, strerror(errno));
 	for (i = 0; i < LAB_LEN; i++)
-		bar[i] = p2pbuf_host_pattern(i, seed);
+		bar[i] = p2pbuf_pattern(i, seed);
 	for (i = 0; i < LAB_LEN; i++)
-		ASSERT_EQ(p2pbuf_host_pattern(i, seed), bar[i]);
+		ASSERT_EQ(p2pbuf_pattern(i, seed), bar[i]);
 	printf("# hostcheck target=gpu offset=%zu len=%lu seed=%u\n", off, LAB_LEN, seed);
 	fflush(stdout);
 	munmap((void *)bar, LAB_LEN);

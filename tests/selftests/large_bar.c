@@ -39,18 +39,13 @@
 /* What this file needs: room for an 8 GiB buffer (three entries). */
 #define NEED_BAR (8 * GiB)
 
-static uint8_t pat(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
-}
-
 /* The first byte of the page at `p` that does not hold the pattern from `from` on, or PAGE. */
 static size_t first_mismatch(volatile uint8_t *p, unsigned long long from, unsigned int seed)
 {
 	size_t i;
 
 	for (i = 0; i < PAGE; i++)
-		if (p[i] != pat(from + i, seed))
+		if (p[i] != p2pbuf_pattern(from + i, seed))
 			return i;
 	return PAGE;
 }
@@ -245,7 +240,7 @@ TEST_F(large, mmap_beyond_4g)
 	ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap of 5 GiB: %s", strerror(errno));
 	for (j = 0; j < 2; j++)
 		for (i = 0; i < PAGE; i++)
-			m[spots[j] + i] = pat(spots[j] + i, seed);
+			m[spots[j] + i] = p2pbuf_pattern(spots[j] + i, seed);
 	for (j = 0; j < 2; j++) {
 		size_t bad = first_mismatch(m + spots[j], spots[j], seed);
 
@@ -268,7 +263,7 @@ TEST_F(large, mmap_beyond_4g)
 	ASSERT_NE(MAP_FAILED, m);
 	for (j = 0; j < 2; j++) {
 		for (i = 0; i < PAGE; i++)
-			m[spots[j] + i] = pat(i, seed + (unsigned int)j);
+			m[spots[j] + i] = p2pbuf_pattern(i, seed + (unsigned int)j);
 		printf("# hostcheck target=gpu offset=%llu len=%llu seed=%u\n", off + spots[j], PAGE,
 		       seed + (unsigned int)j);
 		fflush(stdout);

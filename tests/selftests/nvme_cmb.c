@@ -39,17 +39,12 @@
 #define R_DEV (104 * MIB)
 #define R_DEV2 (108 * MIB)
 
-static uint8_t hpat(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
-}
-
 static void fill(uint8_t *p, size_t len, unsigned int seed)
 {
 	size_t i;
 
 	for (i = 0; i < len; i++)
-		p[i] = hpat(i, seed);
+		p[i] = p2pbuf_pattern(i, seed);
 }
 
 /* Index of the first byte that differs from the pattern, or -1. */
@@ -58,7 +53,7 @@ static long check(const uint8_t *p, size_t len, unsigned int seed)
 	size_t i;
 
 	for (i = 0; i < len; i++)
-		if (p[i] != hpat(i, seed))
+		if (p[i] != p2pbuf_pattern(i, seed))
 			return (long)i;
 	return -1;
 }

@@ -36,11 +36,6 @@
 #define CTL_OFF (16UL << 20)
 #define CTL_LEN (1UL << 20)
 
-static uint8_t pat(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
-}
-
 static int p2p_alloc(int dev, __u64 length, __u64 *offset)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = length };
@@ -136,7 +131,7 @@ TEST_F(nvme, device_memory_round_trip)
 	a = buf[0].map, off_a = buf[0].bar_offset;
 	b = buf[1].map, off_b = buf[1].bar_offset;
 	for (i = 0; i < LEN; i++)
-		a[i] = pat(i, seed);
+		a[i] = p2pbuf_pattern(i, seed);
 
 	n = pwrite(self->nvme, a, LEN, NVME_OFF);
 	if (n < 0 && (errno == EREMOTEIO || errno == EINVAL) && !strcmp(topology(), "rootports")) {
@@ -153,7 +148,7 @@ TEST_F(nvme, device_memory_round_trip)
 	n = pread(self->nvme, b, LEN, NVME_OFF);
 	ASSERT_EQ((ssize_t)LEN, n) TH_LOG("O_DIRECT read into device memory: %s", strerror(errno));
 	for (i = 0; i < LEN; i++)
-		ASSERT_EQ(pat(i, seed), b[i]) TH_LOG("byte %zu", i);
+		ASSERT_EQ(p2pbuf_pattern(i, seed), b[i]) TH_LOG("byte %zu", i);
 	printf("# hostcheck target=nvme offset=%lu len=%lu seed=%u\n", NVME_OFF, LEN, seed);
 	printf("# hostcheck target=gpu offset=%llu len=%lu seed=%u\n", (unsigned long long)off_b,
 	       LEN, seed);
@@ -185,12 +180,12 @@ TEST_F(nvme, host_memory_control)
 	ASSERT_EQ(0, provider_bar(self->dev, &lo, &hi));
 	ASSERT_EQ(0, posix_memalign((void **)&h, 4096, CTL_LEN));
 	for (i = 0; i < CTL_LEN; i++)
-		h[i] = pat(i, seed);
+		h[i] = p2pbuf_pattern(i, seed);
 	ASSERT_EQ((ssize_t)CTL_LEN, pwrite(self->nvme, h, CTL_LEN, CTL_OFF));
 	memset(h, 0, CTL_LEN);
 	ASSERT_EQ((ssize_t)CTL_LEN, pread(self->nvme, h, CTL_LEN, CTL_OFF));
 	for (i = 0; i < CTL_LEN; i++)
-		ASSERT_EQ(pat(i, seed), h[i]) TH_LOG("byte %zu", i);
+		ASSERT_EQ(p2pbuf_pattern(i, seed), h[i]) TH_LOG("byte %zu", i);
 	dma_check("write", CTL_OFF, CTL_LEN, "host", lo, hi);
 	dma_check("read", CTL_OFF, CTL_LEN, "host", lo, hi);
 	printf("# hostcheck target=nvme offset=%lu len=%lu seed=%u\n", CTL_OFF, CTL_LEN, seed);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Helpers the p2pbuf selftests and benchmarks share: which provider to allocate from, device
- * memory and udmabuf buffers with a CPU mapping, the host-check pattern, the monotonic clock,
- * numbers from the kernel command line, sysfs writes and PCI look-ups.
+ * memory and udmabuf buffers with a CPU mapping, the lab pattern (p2pbuf_pattern.h), the
+ * monotonic clock, numbers from the kernel command line, sysfs writes and PCI look-ups.
  */
 #ifndef P2PBUF_TEST_H
 #define P2PBUF_TEST_H
@@ -23,6 +23,7 @@
 #include <linux/dma-buf.h>
 #include <linux/udmabuf.h>
 #include "uapi/linux/p2pbuf.h"
+#include "p2pbuf_pattern.h"
 
 /*
  * The id of the bound provider with the smallest id, or 0 (no id) when none is bound.
@@ -74,15 +75,6 @@ static inline int p2pbuf_alloc_fd(int dev, __u64 len)
 	if (p2pbuf_test_alloc(dev, &a))
 		return -errno;
 	return a.fd;
-}
-
-/*
- * The pattern of xtask's host check (xtask/src/judge/hostcheck.rs): byte i of what a test writes to
- * device memory that the host then reads back from the BAR's backing file.
- */
-static inline uint8_t p2pbuf_host_pattern(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 13 + seed + (i >> 12));
 }
 
 /* A dma-buf with a CPU mapping: device memory (p2pbuf_devbuf_alloc) or system memory

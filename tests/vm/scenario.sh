@@ -85,14 +85,14 @@ fi
 T=/tmp/scenario
 mkdir -p $T
 
-step "6. Export device memory (p2pbuf alloc --kind p2pbuf)"
+step "6. Export device memory (p2pbuf alloc --mem p2pbuf)"
 say "The exporter hands out 2 MiB of the GPU-memory BAR as a dma-buf fd; we fill it through"
 say "its mmap (DMA_BUF_IOCTL_SYNC around the access) and read fdinfo back."
-run_to $T/alloc.txt timeout 30 p2pbuf alloc --kind p2pbuf --size 2M --fill 0x5a
+run_to $T/alloc.txt timeout 30 p2pbuf alloc --mem p2pbuf --size 2M --fill 0x5a
 if grep -q "exporter: p2pbuf" $T/alloc.txt; then
 	record "6. export device memory" PASS "$(sed -n 's/^\$ *//; s/^ *allocated \(.*\)/\1/p' $T/alloc.txt | head -1)"
 else
-	record "6. export device memory" FAIL "p2pbuf alloc --kind p2pbuf failed (see above)"
+	record "6. export device memory" FAIL "p2pbuf alloc --mem p2pbuf failed (see above)"
 fi
 
 step "7. Pass the fd to another process (p2pbuf recv + p2pbuf alloc --send)"
@@ -101,7 +101,7 @@ say "and sends the fd (SCM_RIGHTS). B maps what it received and reads the first 
 rm -f $T/fd.sock
 timeout 30 p2pbuf recv $T/fd.sock --mmap >$T/recv.txt 2>&1 &
 rpid=$!
-show timeout 30 p2pbuf alloc --kind p2pbuf --size 2M --fill 0xa5 --send $T/fd.sock --wait 20
+show timeout 30 p2pbuf alloc --mem p2pbuf --size 2M --fill 0xa5 --send $T/fd.sock --wait 20
 wait $rpid
 rrc=$?
 say "receiver (pid $rpid) said:"
@@ -115,7 +115,7 @@ fi
 step "8. Register device memory for RDMA (soft-RoCE rxe0, ibv_reg_dmabuf_mr)"
 if rxe_setup; then
 	say "rxe0 on $RXE_NETDEV ($RXE_IP) is ACTIVE"
-	run_to $T/reg.txt timeout 30 p2pbuf rdma reg --buf p2pbuf --size 4M
+	run_to $T/reg.txt timeout 30 p2pbuf rdma reg --mem p2pbuf --size 4M
 	rc=$?
 	if [ $rc -eq 0 ] && grep -q "ibv_reg_dmabuf_mr" $T/reg.txt; then
 		REG=ok
@@ -143,7 +143,7 @@ else
 	say "The server registers $WHAT and waits; the client connects with rdma_cm, RDMA WRITEs"
 	say "1 MiB of a pattern, and the server checks every byte through the CPU."
 	PORT=7480
-	timeout 60 p2pbuf rdma serve --port $PORT --buf $BUF --size 4M --clients 1 --timeout 45 >$T/serve.txt 2>&1 &
+	timeout 60 p2pbuf rdma serve --port $PORT --mem $BUF --size 4M --clients 1 --timeout 45 >$T/serve.txt 2>&1 &
 	spid=$!
 	if wait_for $T/serve.txt "listening on" 20; then
 		run_to $T/w.txt timeout 45 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --offset 0 --pattern 9
@@ -165,9 +165,9 @@ step "10. Read NVMe into device memory (O_DIRECT, peer-to-peer)"
 if [ -b /dev/nvme0n1 ]; then
 	say "Write 1 MiB of a pattern from device memory to the drive, then read it back into other"
 	say "device memory: the drive DMAs to and from the BAR, the CPU never touches the data."
-	run_to $T/nw.txt timeout 60 p2pbuf nvme write --dev /dev/nvme0n1 --offset 128M --len 1M --from p2pbuf --pattern-seed 42
+	run_to $T/nw.txt timeout 60 p2pbuf nvme write --dev /dev/nvme0n1 --offset 128M --len 1M --mem p2pbuf --pattern-seed 42
 	wrc=$?
-	run_to $T/nr.txt timeout 60 p2pbuf nvme read --dev /dev/nvme0n1 --offset 128M --len 1M --into p2pbuf --verify-seed 42
+	run_to $T/nr.txt timeout 60 p2pbuf nvme read --dev /dev/nvme0n1 --offset 128M --len 1M --mem p2pbuf --verify-seed 42
 	rrc=$?
 	if [ $wrc -eq 0 ] && [ $rrc -eq 0 ] && grep -q "all 1048576 bytes are seed 42" $T/nr.txt; then
 		record "10. NVMe into device memory" PASS "1 MiB written from and read into device memory peer-to-peer, verified; $(sed -n 's/.*moved: *//p' $T/nr.txt)"
@@ -185,9 +185,9 @@ if [ -e /dev/p2pbuf-dma ]; then
 	say "Two dma-bufs imported into the engine (dynamic attachments, peer-to-peer allowed); the"
 	say "engine copies 16 KiB device -> device, then 8 KiB device -> system memory; the"
 	say "destination is checked through its mmap. (QEMU's edu moves 10-20 KiB/s.)"
-	run_to $T/f1.txt timeout 120 p2pbuf fpga copy --src p2pbuf --dst p2pbuf --len 16k --src-offset 3 --dst-offset 5
+	run_to $T/f1.txt timeout 120 p2pbuf fpga copy --src-mem p2pbuf --dst-mem p2pbuf --len 16k --src-offset 3 --dst-offset 5
 	rc1=$?
-	run_to $T/f2.txt timeout 120 p2pbuf fpga copy --src p2pbuf --dst udmabuf --len 8k
+	run_to $T/f2.txt timeout 120 p2pbuf fpga copy --src-mem p2pbuf --dst-mem udmabuf --len 8k
 	rc2=$?
 	m1=$(sed -n 's/.*src: .*map type \([A-Z_]*\).*/\1/p' $T/f1.txt)
 	m2=$(sed -n 's/.*dst: .*map type \([A-Z_]*\).*/\1/p' $T/f2.txt)

@@ -254,7 +254,7 @@ if [ "$ROLE" = a ]; then
 	rm -f /tmp/b-report
 	timeout $((WAIT * 2)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
 	done_nc=$!
-	if serve_bg /tmp/serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients $nclients --timeout $WAIT && grep -q "with ibv_reg_dmabuf_mr" /tmp/serve.txt; then
+	if serve_bg /tmp/serve.txt 60 --port $PORT --mem p2pbuf --size $SIZE --clients $nclients --timeout $WAIT && grep -q "with ibv_reg_dmabuf_mr" /tmp/serve.txt; then
 		comment /tmp/serve.txt
 		buf=$(debugfs_buffer "$(bytes $SIZE)" last)
 		BAR_OFF=$(debugfs_field "$buf" offset)

@@ -9,13 +9,13 @@
 . /p2pbuf/rdma-lib.sh
 ktap_plan 10
 
-logged /tmp/alloc.txt p2pbuf alloc --kind p2pbuf --size 64k --fill 0x5a
-ktap_check "p2pbuf alloc --kind p2pbuf: 64 KiB of device memory from a provider (exit $rc)" \
+logged /tmp/alloc.txt p2pbuf alloc --mem p2pbuf --size 64k --fill 0x5a
+ktap_check "p2pbuf alloc --mem p2pbuf: 64 KiB of device memory from a provider (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q 'allocated 65536 (64 KiB) from provider' /tmp/alloc.txt &&
 		grep -q 'exporter: p2pbuf' /tmp/alloc.txt"
 
 # --json, held for a few seconds so that another process can look at the fd.
-p2pbuf --json alloc --kind p2pbuf --size 2M --fill 0xa5 --hold 20 >/tmp/alloc.json 2>/tmp/alloc.err &
+p2pbuf --json alloc --mem p2pbuf --size 2M --fill 0xa5 --hold 20 >/tmp/alloc.json 2>/tmp/alloc.err &
 holder=$!
 wait_for /tmp/alloc.json '"fd":' 10
 comment /tmp/alloc.json
@@ -37,7 +37,7 @@ ktap_check "p2pbuf --json info of the fdinfo file of pid $pid fd $fd: size 20971
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 
-p2pbuf --json alloc --kind p2pbuf --size 64k --pfnmap --fill 0x3c --hold 20 >/tmp/pfn.json 2>/tmp/pfn.err &
+p2pbuf --json alloc --mem p2pbuf --size 64k --pfnmap --fill 0x3c --hold 20 >/tmp/pfn.json 2>/tmp/pfn.err &
 holder=$!
 wait_for /tmp/pfn.json '"fd":' 10
 comment /tmp/pfn.json
@@ -51,15 +51,15 @@ else
 fi
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
-expect_fail "p2pbuf alloc --kind udmabuf --pfnmap: refused as a usage error, says which memory can be" 2 "only p2pbuf device memory can be PFN-mapped" \
-	p2pbuf alloc --kind udmabuf --size 64k --pfnmap
+expect_fail "p2pbuf alloc --mem udmabuf --pfnmap: refused as a usage error, says which memory can be" 2 "only p2pbuf device memory can be PFN-mapped" \
+	p2pbuf alloc --mem udmabuf --size 64k --pfnmap
 
 expect_fail "p2pbuf info of a nonexistent path: ENOENT, says so" 1 "No such file" \
 	p2pbuf info /nonexistent/buf
 expect_fail "p2pbuf nvme read from a nonexistent device: unavailable, says what to check" 69 "does not exist" \
 	p2pbuf nvme read --dev /dev/nonexistent0n1 --len 4096
 expect_fail "p2pbuf alloc with a bad size (12X): usage error" 2 "unknown unit" \
-	p2pbuf alloc --kind p2pbuf --size 12X
+	p2pbuf alloc --mem p2pbuf --size 12X
 expect_fail "p2pbuf alloc of more device memory than a provider has: ENOMEM or unavailable, says so" 69 "no provider has that much free" \
-	p2pbuf alloc --kind p2pbuf --size 64G
+	p2pbuf alloc --mem p2pbuf --size 64G
 ktap_exit

@@ -20,7 +20,7 @@ if [ ! -b $DEV ]; then
 	ktap_exit
 fi
 
-timeout 60 p2pbuf --json nvme write --dev $DEV --offset $OFF --len $LEN --from p2pbuf --pattern-seed $SEED >/tmp/w.json 2>/tmp/w.err
+timeout 60 p2pbuf --json nvme write --dev $DEV --offset $OFF --len $LEN --mem p2pbuf --pattern-seed $SEED >/tmp/w.json 2>/tmp/w.err
 rc=$?
 comment /tmp/w.json
 comment /tmp/w.err
@@ -47,23 +47,23 @@ fi
 
 # read_check KIND NAME: read back into KIND and verify the pattern.
 read_check() {
-	logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset $OFF --len $LEN --into "$1" --verify-seed $SEED
+	logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset $OFF --len $LEN --mem "$1" --verify-seed $SEED
 	ktap_check "nvme read of 1 MiB into $2, verified (exit $rc)" \
 		sh -c "[ $rc -eq 0 ] && grep -q \"all 1048576 bytes are seed $SEED's pattern\" /tmp/r.txt && grep -q '^OK' /tmp/r.txt"
 }
 read_check p2pbuf "device memory (peer-to-peer)"
 # udmabuf maps its dma-buf with vmf_insert_pfn (VM_PFNMAP): O_DIRECT cannot pin those pages
 # and the kernel answers EFAULT, which p2pbuf must explain.
-logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset $OFF --len $LEN --into udmabuf --verify-seed $SEED
+logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset $OFF --len $LEN --mem udmabuf --verify-seed $SEED
 ktap_check "nvme read into a udmabuf mapping (VM_PFNMAP): EFAULT, explained (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q 'errno 14' /tmp/r.txt && grep -q 'VM_PFNMAP' /tmp/r.txt"
 read_check host "host memory"
 
-logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset $OFF --len 64k --into p2pbuf --verify-seed $((SEED + 1))
+logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset $OFF --len 64k --mem p2pbuf --verify-seed $((SEED + 1))
 ktap_check "nvme read with the wrong seed: the mismatch is found (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q 'differ from seed' /tmp/r.txt"
 
-logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset 100 --len 4096 --into p2pbuf
+logged /tmp/r.txt timeout 60 p2pbuf nvme read --dev $DEV --offset 100 --len 4096 --mem p2pbuf
 ktap_check "nvme read at an unaligned offset: EINVAL, says O_DIRECT needs alignment (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q 'errno 22' /tmp/r.txt && grep -q 'aligned' /tmp/r.txt"
 ktap_exit

@@ -38,19 +38,19 @@ hostbridge/1) DEVMAP=THRU_HOST_BRIDGE ;;
 *) DEVMAP=BUS_ADDR ;;
 esac
 copy "fpga copy device -> device memory, 12345 bytes, offsets 7 -> 4093" "$DEVMAP" "$DEVMAP" \
-	--src p2pbuf --dst p2pbuf --len 12345 --src-offset 7 --dst-offset 4093
+	--src-mem p2pbuf --dst-mem p2pbuf --len 12345 --src-offset 7 --dst-offset 4093
 copy "fpga copy device -> system memory (udmabuf), 8 KiB" "$DEVMAP" HOST_MEMORY \
-	--src p2pbuf --dst udmabuf --len 8k
+	--src-mem p2pbuf --dst-mem udmabuf --len 8k
 copy "fpga copy system -> device memory, 5000 bytes at offset 1" HOST_MEMORY "$DEVMAP" \
-	--src udmabuf --dst p2pbuf --len 5000 --dst-offset 1
+	--src-mem udmabuf --dst-mem p2pbuf --len 5000 --dst-offset 1
 
 if [ "$(p2p_fabric)" = refused ]; then
 	# No P2P path to device memory here: system memory to system memory instead.
-	logged /tmp/c.json timeout 120 p2pbuf --json fpga copy --src udmabuf --dst udmabuf --len 4k
+	logged /tmp/c.json timeout 120 p2pbuf --json fpga copy --src-mem udmabuf --dst-mem udmabuf --len 4k
 	ktap_check "p2pbuf --json fpga copy udmabuf to udmabuf: verified, copied 4096 (exit $rc)" \
 		sh -c "[ $rc -eq 0 ] && grep -q '\"verified\":true' /tmp/c.json && grep -q '\"copied\":4096' /tmp/c.json"
 else
-	logged /tmp/c.json timeout 120 p2pbuf --json fpga copy --src p2pbuf --dst p2pbuf --len 4k
+	logged /tmp/c.json timeout 120 p2pbuf --json fpga copy --src-mem p2pbuf --dst-mem p2pbuf --len 4k
 	ktap_check "p2pbuf --json fpga copy: verified, copied 4096, peer_to_peer (exit $rc)" \
 		sh -c "[ $rc -eq 0 ] && grep -q '\"verified\":true' /tmp/c.json && grep -q '\"copied\":4096' /tmp/c.json &&
 			grep -q '\"peer_to_peer\":true' /tmp/c.json"

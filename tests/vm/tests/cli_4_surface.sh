@@ -9,15 +9,15 @@
 ktap_plan 12
 
 # 1: device memory as a full-HD XRGB8888 surface.
-logged /tmp/s1.txt p2pbuf alloc --kind p2pbuf --surface 1920x1080 --format XR24
-ktap_check "alloc --kind p2pbuf --surface 1920x1080 --format XR24: layout printed, name set (exit $rc)" \
+logged /tmp/s1.txt p2pbuf alloc --mem p2pbuf --surface 1920x1080 --format XR24
+ktap_check "alloc --mem p2pbuf --surface 1920x1080 --format XR24: layout printed, name set (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] &&
 		grep -q 'surface:  1920x1080 XR24 (XRGB8888) LINEAR, stride 7680, 8294400 bytes' /tmp/s1.txt &&
 		grep -q 'name:     s:1920x1080.XR24.7680.L' /tmp/s1.txt &&
 		grep -q 'exporter: p2pbuf' /tmp/s1.txt"
 
 # 2-5: an NV12 surface in udmabuf memory, held; another process reads it back.
-p2pbuf --json alloc --kind udmabuf --surface 640x480 --format NV12 --fill 0x10 --hold 30 \
+p2pbuf --json alloc --mem udmabuf --surface 640x480 --format NV12 --fill 0x10 --hold 30 \
 	>/tmp/s2.json 2>/tmp/s2.err &
 holder=$!
 wait_for /tmp/s2.json '"fd":' 15
@@ -46,7 +46,7 @@ kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 
 # 6: a tiled layout: rows padded to whole tiles.
-p2pbuf --json alloc --kind udmabuf --surface 1920x1080 --modifier I915_Y_TILED >/tmp/s3.json 2>/tmp/s3.err
+p2pbuf --json alloc --mem udmabuf --surface 1920x1080 --modifier I915_Y_TILED >/tmp/s3.json 2>/tmp/s3.err
 comment /tmp/s3.json
 comment /tmp/s3.err
 jq_check "--json alloc 1920x1080 I915_Y_TILED: 1088 rows (tiles of 32), 8355840 bytes" /tmp/s3.json \
@@ -55,16 +55,16 @@ jq_check "--json alloc 1920x1080 I915_Y_TILED: 1088 rows (tiles of 32), 8355840 
 
 # 7-12: what is refused, and how.
 expect_fail "a stride below a row's bytes: usage error" 2 "stride 100 is less than a row's 7680 bytes" \
-	p2pbuf alloc --kind p2pbuf --surface 1920x1080 --stride 100
+	p2pbuf alloc --mem p2pbuf --surface 1920x1080 --stride 100
 expect_fail "a --size below the surface's: usage error" 2 "the surface needs 8294400 bytes" \
-	p2pbuf alloc --kind udmabuf --surface 1920x1080 --size 1M
+	p2pbuf alloc --mem udmabuf --surface 1920x1080 --size 1M
 expect_fail "an unknown fourcc: usage error listing the known ones" 2 "not a DRM fourcc code" \
-	p2pbuf alloc --kind udmabuf --surface 64x64 --format ZZZZ
+	p2pbuf alloc --mem udmabuf --surface 64x64 --format ZZZZ
 expect_fail "a vendor-private modifier: usage error" 2 "vendor-private" \
-	p2pbuf alloc --kind udmabuf --surface 64x64 --modifier 0x0300000000000001
+	p2pbuf alloc --mem udmabuf --surface 64x64 --modifier 0x0300000000000001
 expect_fail "an odd width for NV12: usage error" 2 "width divisible by 2" \
-	p2pbuf alloc --kind udmabuf --surface 641x480 --format NV12
-p2pbuf --json alloc --kind udmabuf --surface 0x10 >/tmp/s4.json 2>/tmp/s4.err
+	p2pbuf alloc --mem udmabuf --surface 641x480 --format NV12
+p2pbuf --json alloc --mem udmabuf --surface 0x10 >/tmp/s4.json 2>/tmp/s4.err
 rc=$?
 comment /tmp/s4.json
 if [ $rc -eq 2 ]; then

@@ -11,7 +11,7 @@ ktap_plan 11
 rm -f /tmp/fp1.sock
 p2pbuf --json recv /tmp/fp1.sock --mmap >/tmp/recv1.json 2>/tmp/recv1.err &
 receiver=$!
-p2pbuf alloc --kind p2pbuf --surface 512x512 --format XR24 --fill 0x3c --send /tmp/fp1.sock \
+p2pbuf alloc --mem p2pbuf --surface 512x512 --format XR24 --fill 0x3c --send /tmp/fp1.sock \
 	>/tmp/send1.txt 2>&1
 rc=$?
 wait "$receiver"
@@ -30,7 +30,7 @@ jq_check "--json recv --mmap: mapped with DMA_BUF_IOCTL_SYNC, the sender's fill 
 	'.mmap.ok == true and (.mmap.first_bytes | startswith("3c 3c 3c 3c"))'
 
 # 4-5: send PID:FD of a buffer another process holds (pidfd_getfd), text output.
-p2pbuf --json alloc --kind udmabuf --size 64k --fill 0x77 --hold 30 >/tmp/hold.json 2>/tmp/hold.err &
+p2pbuf --json alloc --mem udmabuf --size 64k --fill 0x77 --hold 30 >/tmp/hold.json 2>/tmp/hold.err &
 holder=$!
 wait_for /tmp/hold.json '"fd":' 15
 pid=$(jq -r .pid /tmp/hold.json 2>/dev/null)

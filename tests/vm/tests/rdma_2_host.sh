@@ -12,14 +12,14 @@ rxe_test
 SIZE=16M
 PORT=7471
 # 5 clients: 3 writes, 2 reads.
-if ! serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size $SIZE --clients 5 --timeout 120; then
+if ! serve_bg /tmp/serve.txt 30 --port $PORT --mem host --size $SIZE --clients 5 --timeout 120; then
 	comment /tmp/serve.txt
-	ktap_fail "p2pbuf rdma serve --buf host: registered and listening"
+	ktap_fail "p2pbuf rdma serve --mem host: registered and listening"
 	kill $srv 2>/dev/null
 	ktap_exit
 fi
 comment /tmp/serve.txt
-ktap_check "p2pbuf rdma serve --buf host: ibv_reg_mr of 16 MiB, listening" \
+ktap_check "p2pbuf rdma serve --mem host: ibv_reg_mr of 16 MiB, listening" \
 	grep -q "registered on rxe0 with ibv_reg_mr" /tmp/serve.txt
 
 # write SIZE OFFSET SEED: an RDMA WRITE the server verifies.
@@ -50,7 +50,7 @@ ktap_check "server: 3 writes and a read verified, the read past the write report
 	grep -q "done: 4 client(s) verified, 1 failed" /tmp/serve.txt
 
 # The HCA refuses an RDMA WRITE past the end of the MR, and one into a read-only MR.
-serve_bg /tmp/serve.txt 30 --port $PORT --buf host --size 1M --access lw,rr --clients 2 --timeout 60
+serve_bg /tmp/serve.txt 30 --port $PORT --mem host --size 1M --access lw,rr --clients 2 --timeout 60
 rdma_client 60 /tmp/w.txt write --size 64k --offset 1M --pattern 5 --unchecked
 ktap_check "RDMA WRITE past the end of the MR: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 	sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
@@ -60,5 +60,5 @@ ktap_check "RDMA WRITE into a read-only MR (lw,rr): IBV_WC_REM_ACCESS_ERR (exit 
 serve_wait /tmp/serve.txt
 
 # Registration of host memory with REMOTE_WRITE but no LOCAL_WRITE: the kernel's EINVAL.
-reg_errno 22 "ibv_reg_mr of host memory with access rw (no LOCAL_WRITE)" --buf host --size 64k --access rw
+reg_errno 22 "ibv_reg_mr of host memory with access rw (no LOCAL_WRITE)" --mem host --size 64k --access rw
 ktap_exit

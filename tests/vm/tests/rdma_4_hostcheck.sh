@@ -26,19 +26,19 @@ SIZE=12582912 # 12 MiB: a size no other buffer of this test has, to find it in d
 # The host looks at the bytes after the whole suite: a spacer held while the server allocates
 # puts the buffer 384 MiB into the BAR, where later tests' allocations (first fit from the
 # start, zeroed) do not overwrite it (exporter_3_mmap.c's host check uses 3/4 of the BAR).
-p2pbuf alloc --kind p2pbuf --size 384M --hold 300 >/tmp/hc_spacer.txt 2>&1 &
+p2pbuf alloc --mem p2pbuf --size 384M --hold 300 >/tmp/hc_spacer.txt 2>&1 &
 spacer=$!
 wait_for /tmp/hc_spacer.txt "allocated" 60 || comment /tmp/hc_spacer.txt
-if ! serve_bg /tmp/hc_serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 4 --timeout 120; then
+if ! serve_bg /tmp/hc_serve.txt 60 --port $PORT --mem p2pbuf --size $SIZE --clients 4 --timeout 120; then
 	comment /tmp/hc_serve.txt
-	ktap_fail "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr"
+	ktap_fail "serve --mem p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr"
 	kill $srv $spacer 2>/dev/null
 	ktap_exit
 fi
 kill $spacer 2>/dev/null
 wait $spacer 2>/dev/null
 comment /tmp/hc_serve.txt
-ktap_check "serve --buf p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr" \
+ktap_check "serve --mem p2pbuf: 12 MiB of device memory registered with ibv_reg_dmabuf_mr" \
 	grep -q "with ibv_reg_dmabuf_mr" /tmp/hc_serve.txt
 
 # The buffer in the exporter's debugfs: its BAR offset, rxe's vmap and no DMA mapping; rxe's

@@ -24,31 +24,31 @@ reg_ok() {
 # iova + length must not wrap (rxe_reg_user_mr_dmabuf: check_add_overflow): EINVAL. The
 # highest range that does not wrap registers.
 reg_ok "iova 0xffffffffffffe000 + 4 KiB (ends at 2^64 - 4 KiB)" \
-	--buf udmabuf --size 1M --iova 0xffffffffffffe000 --length 4k
+	--mem udmabuf --size 1M --iova 0xffffffffffffe000 --length 4k
 reg_errno 22 "iova 0xfffffffffffff000 + 4 KiB wraps to 0" \
-	--buf udmabuf --size 1M --iova 0xfffffffffffff000 --length 4k
+	--mem udmabuf --size 1M --iova 0xfffffffffffff000 --length 4k
 reg_errno 22 "iova 0xffffffffffff0000 + 1 MiB wraps" \
-	--buf udmabuf --size 1M --iova 0xffffffffffff0000 --length 1M
+	--mem udmabuf --size 1M --iova 0xffffffffffff0000 --length 1M
 # offset + length must not wrap either (ib_umem_dmabuf_get: check_add_overflow): EINVAL.
 reg_errno 22 "offset 2^64 - 4 KiB + 8 KiB wraps (iova 0)" \
-	--buf udmabuf --size 1M --offset 18446744073709547520 --iova 0 --length 8k
+	--mem udmabuf --size 1M --offset 18446744073709547520 --iova 0 --length 8k
 # The same on device memory.
 if [ -e /dev/p2pbuf ]; then
 	reg_errno 22 "p2pbuf device memory: iova 0xfffffffffffff000 + 8 KiB wraps" \
-		--buf p2pbuf --size 64k --iova 0xfffffffffffff000 --length 8k
+		--mem p2pbuf --size 64k --iova 0xfffffffffffff000 --length 8k
 else
 	ktap_skip "p2pbuf device memory: iova wrap" "no /dev/p2pbuf"
 fi
 # Length 0 (rxe_reg_user_mr_dmabuf): EINVAL.
-reg_errno 22 "length 0" --buf udmabuf --size 1M --length 0
+reg_errno 22 "length 0" --mem udmabuf --size 1M --length 0
 # Access flags: REMOTE_ATOMIC without LOCAL_WRITE (ib_check_mr_access): EINVAL; ON_DEMAND
 # (0x40) is not a dma-buf MR flag (uverbs_get_flags32's mask for REG_DMABUF_MR): EINVAL; a
 # read-only MR (no access bits at all) registers.
-reg_errno 22 "REMOTE_ATOMIC without LOCAL_WRITE" --buf udmabuf --size 1M --access ra,rr
-reg_errno 22 "IBV_ACCESS_ON_DEMAND on a dma-buf MR" --buf udmabuf --size 1M --access lw,0x40
-reg_ok "no access flags (local read only)" --buf udmabuf --size 1M --access none
+reg_errno 22 "REMOTE_ATOMIC without LOCAL_WRITE" --mem udmabuf --size 1M --access ra,rr
+reg_errno 22 "IBV_ACCESS_ON_DEMAND on a dma-buf MR" --mem udmabuf --size 1M --access lw,0x40
+reg_ok "no access flags (local read only)" --mem udmabuf --size 1M --access none
 # A non-dma-buf fd of another kind than rdma_3's regular file: /dev/null (dma_buf_get): EINVAL.
-reg_errno 22 "the fd of the null character device (not a dma-buf)" --buf file /dev/null --length 4k
+reg_errno 22 "the fd of the null character device (not a dma-buf)" --mem file:/dev/null --length 4k
 
 # The responder refuses RDMA into a dma-buf MR of device memory without the access for it:
 # IBV_WC_REM_ACCESS_ERR at the requester (rxe: RESPST_ERR_RKEY_VIOLATION), and the bytes
@@ -56,7 +56,7 @@ reg_errno 22 "the fd of the null character device (not a dma-buf)" --buf file /d
 if [ -e /dev/p2pbuf ]; then
 	PORT=7475
 	# Read-only to peers (lw,rr): a WRITE is refused, a READ works.
-	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --buf p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60; then
+	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --mem p2pbuf --size 1M --access lw,rr --clients 3 --timeout 60; then
 		rdma_client 60 /tmp/w.txt write --size 64k --pattern 5
 		ktap_check "RDMA WRITE into a read-only (lw,rr) dma-buf MR of device memory: IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/w.txt"
@@ -75,7 +75,7 @@ if [ -e /dev/p2pbuf ]; then
 	wait $srv
 	comment /tmp/neg_serve.txt
 	# Write-only to peers (lw,rw): a READ is refused.
-	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --buf p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60; then
+	if serve_bg /tmp/neg_serve.txt 30 --port $PORT --mem p2pbuf --size 1M --access lw,rw --clients 1 --timeout 60; then
 		rdma_client 60 /tmp/r.txt read --size 64k
 		ktap_check "RDMA READ from a dma-buf MR without REMOTE_READ (lw,rw): IBV_WC_REM_ACCESS_ERR (exit $rc)" \
 			sh -c "[ $rc -eq 1 ] && grep -q IBV_WC_REM_ACCESS_ERR /tmp/r.txt"
@@ -98,13 +98,13 @@ fi
 # in a row leave the log as it was.
 if [ -e /dev/dma_heap/system ]; then
 	REG_TEXT="attaches dma-bufs for CPU access"
-	reg_errno 95 "a system heap dma-buf (no CPU attachments): EOPNOTSUPP" --buf heap --size 64k
+	reg_errno 95 "a system heap dma-buf (no CPU attachments): EOPNOTSUPP" --mem heap --size 64k
 	REG_TEXT=
 	log0=$(dmesg | wc -l)
 	bad=0
 	i=0
 	while [ $i -lt 20 ]; do
-		p2pbuf --json rdma reg --buf heap --size 64k >/tmp/reg.json 2>/tmp/reg.err
+		p2pbuf --json rdma reg --mem heap --size 64k >/tmp/reg.json 2>/tmp/reg.err
 		rc=$?
 		got=$(json_num errno </tmp/reg.json)
 		[ $rc -eq 1 ] && [ "$got" = 95 ] || bad=$((bad + 1))
@@ -123,7 +123,7 @@ fi
 # dma-buf is attached for CPU access (before, rxe attached with the net device's PCI parent,
 # and lo has none).
 if rdma link add rxe_lo type rxe netdev lo >/tmp/lo.txt 2>&1; then
-	p2pbuf rdma reg --buf udmabuf --size 1M --device rxe_lo >/tmp/reg.txt 2>&1
+	p2pbuf rdma reg --mem udmabuf --size 1M --device rxe_lo >/tmp/reg.txt 2>&1
 	rc=$?
 	comment /tmp/reg.txt
 	ktap_check "rxe on lo, which has no PCI device: a udmabuf registers with ibv_reg_dmabuf_mr (exit $rc)" \

@@ -44,14 +44,14 @@ uptime_s() { cut -d' ' -f1 /proc/uptime; }
 revoked0=$(dmesg | grep -c "$PCI: unbound: .* buffer(s) revoked")
 
 PORT=7476
-if ! serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 4M --clients 2 --timeout 120; then
+if ! serve_bg /tmp/rv_serve.txt 60 --port $PORT --mem p2pbuf --size 4M --clients 2 --timeout 120; then
 	comment /tmp/rv_serve.txt
-	ktap_fail "serve --buf p2pbuf: device memory registered"
+	ktap_fail "serve --mem p2pbuf: device memory registered"
 	kill $srv 2>/dev/null
 	ktap_exit
 fi
 comment /tmp/rv_serve.txt
-ktap_ok "serve --buf p2pbuf: 4 MiB of device memory registered with ibv_reg_dmabuf_mr"
+ktap_ok "serve --mem p2pbuf: 4 MiB of device memory registered with ibv_reg_dmabuf_mr"
 
 # The client: 256 KiB writes, 4 in flight, until one fails (or 100000 are done).
 timeout 300 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 256k --pattern 41 --repeat 100000 --depth 4 >/tmp/rv_w.txt 2>&1 &
@@ -95,7 +95,7 @@ ktap_check "server: the region is gone, ibv_dereg_mr of the revoked MR succeeds,
 echo "$PCI" >$DRV/bind
 brc=$?
 ktap_check "the exporter binds to $PCI again (exit $brc)" sh -c "[ $brc -eq 0 ] && [ -e $DRV/$PCI ]"
-if serve_bg /tmp/rv_serve.txt 60 --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 60; then
+if serve_bg /tmp/rv_serve.txt 60 --port $PORT --mem p2pbuf --size 1M --clients 1 --timeout 60; then
 	timeout 60 p2pbuf rdma write --server "$RXE_IP:$PORT" --size 1M --pattern 43 >/tmp/rv_w.txt 2>&1
 	comment /tmp/rv_w.txt
 fi
@@ -104,9 +104,9 @@ ktap_check "after the rebind: a new dma-buf MR of device memory takes an RDMA WR
 	sh -c "[ $src -eq 0 ] && grep -q 'server: verified the pattern' /tmp/rv_w.txt"
 
 # P2PBUF_IOCTL_REVOKE of one buffer while it is written in a loop; a second buffer is left alone.
-p2pbuf rdma serve --port $PORT --buf p2pbuf --size 1M --clients 1 --timeout 120 >/tmp/rv_a.txt 2>&1 &
+p2pbuf rdma serve --port $PORT --mem p2pbuf --size 1M --clients 1 --timeout 120 >/tmp/rv_a.txt 2>&1 &
 srva=$!
-p2pbuf rdma serve --port $((PORT + 1)) --buf p2pbuf --size 1M --clients 1 --timeout 120 >/tmp/rv_b.txt 2>&1 &
+p2pbuf rdma serve --port $((PORT + 1)) --mem p2pbuf --size 1M --clients 1 --timeout 120 >/tmp/rv_b.txt 2>&1 &
 srvb=$!
 wait_for /tmp/rv_a.txt "listening on" 60
 wait_for /tmp/rv_b.txt "listening on" 60
@@ -137,7 +137,7 @@ comment /tmp/rv_a.txt
 ktap_check "server of the revoked buffer: ibv_dereg_mr succeeds, the fd is closed" \
 	grep -q 'deregistered the MR' /tmp/rv_a.txt
 
-logged /tmp/rv_race.txt p2pbuf rdma reg --buf p2pbuf --size 64k --revoke-race 300
+logged /tmp/rv_race.txt p2pbuf rdma reg --mem p2pbuf --size 64k --revoke-race 300
 ktap_check "300 registrations racing a revoke of their buffer: each registered or refused with ENODEV or EINVAL (exit $rc)" \
 	sh -c "[ $rc -eq 0 ] && grep -q '^revoke race on' /tmp/rv_race.txt"
 

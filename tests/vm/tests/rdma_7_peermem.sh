@@ -47,7 +47,7 @@ fi
 # 5/8, 3/4 of the BAR and its end). Every earlier buffer is gone, so the buffer lands below
 # 384 MiB, where nobody else's checked bytes are; the tests after this one allocate
 # uninitialized buffers, or zeroed ones above a guard (fail_nth.c), and leave these bytes be.
-p2pbuf --json alloc --kind p2pbuf --size $SIZE --hold 900 >/tmp/pm_buf.json 2>&1 &
+p2pbuf --json alloc --mem p2pbuf --size $SIZE --hold 900 >/tmp/pm_buf.json 2>&1 &
 holder=$!
 wait_for /tmp/pm_buf.json '"fd"' 60
 comment /tmp/pm_buf.json

@@ -39,13 +39,13 @@ SIZE=8M
 WOFF=1048576
 WLEN=3145728
 SEED=41
-if ! serve_bg /tmp/serve.txt 60 --port $PORT --buf p2pbuf --size $SIZE --clients 2 --timeout 120; then
-	serve_failed /tmp/serve.txt "serve --buf p2pbuf: device memory registered with ibv_reg_dmabuf_mr" \
+if ! serve_bg /tmp/serve.txt 60 --port $PORT --mem p2pbuf --size $SIZE --clients 2 --timeout 120; then
+	serve_failed /tmp/serve.txt "serve --mem p2pbuf: device memory registered with ibv_reg_dmabuf_mr" \
 		attach write read verdict
 	ktap_exit
 fi
 comment /tmp/serve.txt
-ktap_check "serve --buf p2pbuf: $SIZE of device memory registered with ibv_reg_dmabuf_mr" \
+ktap_check "serve --mem p2pbuf: $SIZE of device memory registered with ibv_reg_dmabuf_mr" \
 	grep -q "registered on rxe0 with ibv_reg_dmabuf_mr" /tmp/serve.txt
 sed 's/^/# debugfs: /' $DEBUGFS/buffers
 # The buffer's BAR offset, for the host check (the only live 8 MiB buffer).

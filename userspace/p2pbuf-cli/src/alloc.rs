@@ -17,9 +17,9 @@ use crate::output::{print_info, print_json, SurfaceReport};
 #[derive(Args, Debug)]
 pub struct AllocArgs {
     /// The memory (a dma-buf: not host).
-    #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-          help = crate::MEMORY_HELP)]
-    pub kind: Source,
+    #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+          help = crate::mem::HELP)]
+    pub mem: Source,
     /// Bytes (rounded up to the page size): 4096, 2M, 64MiB. With --surface: at least
     /// the surface's size (default: exactly that).
     #[arg(long, value_parser = parse_size, required_unless_present = "surface")]
@@ -131,18 +131,18 @@ pub fn run(a: AllocArgs, json: bool) -> p2pbuf::Result<()> {
         })
         .transpose()?;
     let size = alloc_size(a.size, surface.as_ref())?;
-    if !a.kind.is_dmabuf() {
+    if !a.mem.is_dmabuf() {
         return Err(Error::Invalid {
-            what: format!("p2pbuf alloc --kind {}", a.kind),
+            what: format!("p2pbuf alloc --mem {}", a.mem),
             detail: "host memory is not a dma-buf".into(),
             check: Some("choose p2pbuf, udmabuf or cuda".into()),
         });
     }
-    if a.pfnmap && a.kind != Source::P2pbuf {
+    if a.pfnmap && a.mem != Source::P2pbuf {
         return Err(Error::Invalid {
-            what: format!("p2pbuf alloc --kind {} --pfnmap", a.kind),
+            what: format!("p2pbuf alloc --mem {} --pfnmap", a.mem),
             detail: "only p2pbuf device memory can be PFN-mapped".into(),
-            check: Some("use --kind p2pbuf, or leave --pfnmap out".into()),
+            check: Some("use --mem p2pbuf, or leave --pfnmap out".into()),
         });
     }
     let opts = memory::Options {
@@ -152,7 +152,7 @@ pub fn run(a: AllocArgs, json: bool) -> p2pbuf::Result<()> {
         },
         ..Default::default()
     };
-    let mut mem = memory::alloc_with(&a.kind, size, &opts)?;
+    let mut mem = memory::alloc_with(&a.mem, size, &opts)?;
     if let (Some(s), Some(b)) = (&surface, mem.dmabuf_mut()) {
         b.set_name(&s.name())?;
     }

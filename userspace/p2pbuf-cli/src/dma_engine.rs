@@ -12,7 +12,8 @@ use p2pbuf::{Access, DmaBuf, Error};
 use serde::Serialize;
 
 use crate::output::print_json;
-use crate::verify::{fill_pattern, mismatches, pattern};
+use crate::verify::mismatches;
+use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
 pub enum DmaEngineCmd {
@@ -25,13 +26,13 @@ pub enum DmaEngineCmd {
 #[derive(Args, Debug)]
 pub struct CopyArgs {
     /// Source memory (a dma-buf: not host).
-    #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-          help = crate::MEMORY_HELP)]
-    pub src: Source,
+    #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+          help = crate::mem::HELP)]
+    pub src_mem: Source,
     /// Destination memory (a dma-buf: not host).
-    #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-          help = crate::MEMORY_HELP)]
-    pub dst: Source,
+    #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+          help = crate::mem::HELP)]
+    pub dst_mem: Source,
     /// Bytes to copy.
     #[arg(long, value_parser = parse_size)]
     len: usize,
@@ -124,14 +125,14 @@ pub struct CopyReport {
 fn fill(buf: &DmaBuf, seed: u32) -> p2pbuf::Result<()> {
     let mut m = buf.map(Access::ReadWrite)?;
     let mut w = m.write()?;
-    fill_pattern(&mut w, seed);
+    pattern::fill(&mut w, seed.into());
     w.finish()
 }
 
 fn alloc(side: &str, s: &Source, len: usize) -> p2pbuf::Result<Buffer> {
     if !s.is_dmabuf() {
         return Err(Error::Invalid {
-            what: format!("p2pbuf dma-engine copy --{side} {s}"),
+            what: format!("p2pbuf dma-engine copy --{side}-mem {s}"),
             detail: "the engine imports dma-bufs; host memory is not one".into(),
             check: Some("choose p2pbuf, udmabuf, cuda or fd-from:SOCKET".into()),
         });
@@ -150,8 +151,8 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
     }
     // The engine first: without it there is nothing to do.
     let eng = Engine::open_at(&a.device)?;
-    let smem = alloc("src", &a.src, a.src_offset + len)?;
-    let dmem = alloc("dst", &a.dst, a.dst_offset + len)?;
+    let smem = alloc("src", &a.src_mem, a.src_offset + len)?;
+    let dmem = alloc("dst", &a.dst_mem, a.dst_offset + len)?;
     let (sbuf, dbuf) = (smem.require_dmabuf("src")?, dmem.require_dmabuf("dst")?);
     let dseed = a.seed.wrapping_add(101);
     fill(sbuf, a.seed)?;
@@ -178,9 +179,9 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
         let r = m.read()?;
         let b = mismatches(&r, |i| {
             if i >= dst_offset && i < dst_offset + len {
-                pattern(i - dst_offset + src_offset, seed)
+                pattern::byte((i - dst_offset + src_offset) as u64, seed.into())
             } else {
-                pattern(i, dseed)
+                pattern::byte(i as u64, dseed.into())
             }
         });
         r.finish()?;
@@ -199,8 +200,8 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
     let kib_per_s = len as f64 / 1024.0 / secs.max(f64::MIN_POSITIVE);
     if json {
         print_json(&CopyReport {
-            src: SideReport::new("src", smem.summary(&a.src), &si),
-            dst: SideReport::new("dst", dmem.summary(&a.dst), &di),
+            src: SideReport::new("src", smem.summary(&a.src_mem), &si),
+            dst: SideReport::new("dst", dmem.summary(&a.dst_mem), &di),
             len,
             src_offset,
             dst_offset,
@@ -218,8 +219,8 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
             a.device.display()
         );
         for (name, m, k, imp, off) in [
-            ("src", &smem, &a.src, &si, src_offset),
-            ("dst", &dmem, &a.dst, &di, dst_offset),
+            ("src", &smem, &a.src_mem, &si, src_offset),
+            ("dst", &dmem, &a.dst_mem, &di, dst_offset),
         ] {
             println!(
                 "  {name}:      {} at offset {off}; handle {}, map type {}, {} range(s)",

@@ -13,6 +13,7 @@ mod alloc;
 mod cuda;
 mod dma_engine;
 mod inspect;
+mod mem;
 mod nvme;
 mod output;
 mod p2ppath;
@@ -22,24 +23,12 @@ mod target;
 mod verify;
 
 use clap::{Parser, Subcommand};
-use p2pbuf::memory::Source;
 use p2pbuf::Error;
 
 use target::Target;
 
 /// Exit status for "this machine lacks the facility".
 const EX_UNAVAILABLE: i32 = 69;
-
-/// The help of every option that names where memory comes from.
-const MEMORY_HELP: &str = "Where the memory comes from: p2pbuf (device memory from \
-    /dev/p2pbuf), udmabuf (system memory as a dma-buf), host (memory of this process, no \
-    dma-buf), cuda (CUDA device memory), fd-from:SOCKET (a dma-buf received from `p2pbuf \
-    alloc --send`). Every command defaults to p2pbuf";
-
-/// clap's parser for a [`Source`].
-fn parse_source(s: &str) -> Result<Source, String> {
-    s.parse().map_err(|e: Error| e.to_string())
-}
 
 #[derive(Parser, Debug)]
 #[command(name = "p2pbuf", version, about = "Inspect, pass and export dma-bufs")]
@@ -77,8 +66,8 @@ enum Cmd {
     /// process sees of it, and answer the sender.
     Recv(pass::RecvArgs),
     /// Allocate a dma-buf (device memory from the p2pbuf exporter, udmabuf, CUDA), report
-    /// it, and optionally send it to a receiver (`p2pbuf recv`, `p2pbuf rdma serve --buf
-    /// fd-from SOCKET`).
+    /// it, and optionally send it to a receiver (`p2pbuf recv`, `p2pbuf rdma serve --mem
+    /// fd-from:SOCKET`).
     Alloc(alloc::AllocArgs),
     /// RDMA: serve a buffer (host memory or a dma-buf), write into it and
     /// read from it from a client, register buffers.
@@ -144,24 +133,83 @@ mod tests {
 
     #[test]
     fn one_memory_default_everywhere() {
-        assert_eq!(parse_source(Source::DEFAULT_NAME).unwrap(), Source::DEFAULT);
+        use p2pbuf::memory::Source;
+        assert_eq!(mem::parse(Source::DEFAULT_NAME).unwrap(), Source::DEFAULT);
         let c = Cli::try_parse_from(["p2pbuf", "nvme", "read", "--len", "4k"]).unwrap();
-        let Cmd::Nvme(nvme::NvmeCmd::Read { into, .. }) = c.cmd else {
+        let Cmd::Nvme(nvme::NvmeCmd::Read { mem, .. }) = c.cmd else {
             panic!("{c:?}")
         };
-        assert_eq!(into, Source::DEFAULT);
+        assert_eq!(mem, Source::DEFAULT);
         let c = Cli::try_parse_from(["p2pbuf", "fpga", "copy", "--len", "4k"]).unwrap();
         let Cmd::DmaEngine(dma_engine::DmaEngineCmd::Copy(a)) = c.cmd else {
             panic!("{c:?}")
         };
         assert_eq!(
-            (a.src.clone(), a.dst.clone()),
+            (a.src_mem.clone(), a.dst_mem.clone()),
             (Source::DEFAULT, Source::DEFAULT)
         );
         let c = Cli::try_parse_from(["p2pbuf", "alloc", "--size", "4k"]).unwrap();
         let Cmd::Alloc(a) = c.cmd else {
             panic!("{c:?}")
         };
-        assert_eq!(a.kind, Source::DEFAULT);
+        assert_eq!(a.mem, Source::DEFAULT);
+        let c = Cli::try_parse_from(["p2pbuf", "rdma", "reg", "--size", "4k"]).unwrap();
+        let Cmd::Rdma(rdma::RdmaCmd::Reg(a)) = c.cmd else {
+            panic!("{c:?}")
+        };
+        assert_eq!(a.buf.mem, mem::MemSpec::Memory(Source::DEFAULT));
+    }
+
+    /// One spelling of a memory source on every command line: `--mem` (two buffers:
+    /// `--src-mem`/`--dst-mem`), `fd-from:SOCKET` with a colon.
+    #[test]
+    fn one_memory_spelling() {
+        for argv in [
+            &["p2pbuf", "alloc", "--mem", "udmabuf", "--size", "4k"][..],
+            &["p2pbuf", "nvme", "read", "--len", "4k", "--mem", "host"],
+            &[
+                "p2pbuf",
+                "nvme",
+                "write",
+                "--len",
+                "4k",
+                "--mem",
+                "fd-from:/tmp/s",
+            ],
+            &[
+                "p2pbuf",
+                "dma-engine",
+                "copy",
+                "--len",
+                "4k",
+                "--src-mem",
+                "udmabuf",
+                "--dst-mem",
+                "p2pbuf",
+            ],
+            &["p2pbuf", "rdma", "serve", "--mem", "fd-from:/tmp/s"],
+            &["p2pbuf", "rdma", "reg", "--mem", "file:/tmp/f"],
+        ] {
+            Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        }
+        for argv in [
+            &["p2pbuf", "alloc", "--kind", "udmabuf", "--size", "4k"][..],
+            &["p2pbuf", "nvme", "read", "--len", "4k", "--into", "host"],
+            &["p2pbuf", "nvme", "write", "--len", "4k", "--from", "host"],
+            &[
+                "p2pbuf",
+                "dma-engine",
+                "copy",
+                "--len",
+                "4k",
+                "--src",
+                "udmabuf",
+            ],
+            &["p2pbuf", "rdma", "serve", "--buf", "host"],
+            &["p2pbuf", "rdma", "reg", "--mem", "fd-from", "/tmp/s"],
+            &["p2pbuf", "alloc", "--mem", "fd-from", "--size", "4k"],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?} parsed");
+        }
     }
 }

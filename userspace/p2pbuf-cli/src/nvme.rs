@@ -11,7 +11,8 @@ use p2pbuf::{Access, Error};
 use serde::Serialize;
 
 use crate::output::print_json;
-use crate::verify::{fill_pattern, mib_per_s, mismatches, pattern};
+use crate::verify::{mib_per_s, mismatches};
+use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
 pub enum NvmeCmd {
@@ -21,9 +22,9 @@ pub enum NvmeCmd {
         #[command(flatten)]
         io: Io,
         /// The buffer to read into.
-        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-              help = crate::MEMORY_HELP)]
-        into: Source,
+        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+              help = crate::mem::HELP)]
+        mem: Source,
         /// Check that the data is `p2pbuf nvme write --pattern-seed S`'s pattern.
         #[arg(long)]
         verify_seed: Option<u32>,
@@ -34,9 +35,9 @@ pub enum NvmeCmd {
         #[command(flatten)]
         io: Io,
         /// The buffer to write from.
-        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::parse_source,
-              help = crate::MEMORY_HELP)]
-        from: Source,
+        #[arg(long, default_value = Source::DEFAULT_NAME, value_parser = crate::mem::parse,
+              help = crate::mem::HELP)]
+        mem: Source,
         /// Pattern seed (`read --verify-seed` checks it).
         #[arg(long, default_value_t = 1)]
         pattern_seed: u32,
@@ -94,14 +95,14 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
     let (write, Io { dev, offset, len }, kind, seed) = match c {
         NvmeCmd::Read {
             io,
-            into,
+            mem,
             verify_seed,
-        } => (false, io, into, verify_seed),
+        } => (false, io, mem, verify_seed),
         NvmeCmd::Write {
             io,
-            from,
+            mem,
             pattern_seed,
-        } => (true, io, from, Some(pattern_seed)),
+        } => (true, io, mem, Some(pattern_seed)),
     };
     let op = if write { "write" } else { "read" };
     if len == 0 {
@@ -127,7 +128,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
         Buffer::Host(h) => {
             let b = &mut h.as_mut_slice()[..len];
             if write {
-                fill_pattern(b, seed0);
+                pattern::fill(b, seed0.into());
                 let t = Instant::now();
                 drive.write_from(b, offset as u64)?;
                 (t.elapsed().as_secs_f64(), None)
@@ -135,7 +136,10 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
                 let t = Instant::now();
                 drive.read_into(b, offset as u64)?;
                 let s = t.elapsed().as_secs_f64();
-                (s, seed.map(|sd| mismatches(b, |i| pattern(i, sd))))
+                (
+                    s,
+                    seed.map(|sd| mismatches(b, |i| pattern::byte(i as u64, sd.into()))),
+                )
             }
         }
         dma => {
@@ -144,7 +148,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
             if write {
                 {
                     let mut w = map.write()?;
-                    fill_pattern(&mut w[..len], seed0);
+                    pattern::fill(&mut w[..len], seed0.into());
                     w.finish()?;
                 }
                 let r = map.read()?;
@@ -168,7 +172,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
                 };
                 let v = seed.map(|sd| {
                     let r = map.read()?;
-                    let m = mismatches(&r[..len], |i| pattern(i, sd));
+                    let m = mismatches(&r[..len], |i| pattern::byte(i as u64, sd.into()));
                     r.finish()?;
                     Ok::<_, Error>(m)
                 });

@@ -224,7 +224,7 @@ pub fn try_rdma(buf: &DmaBuf) -> Outcome {
             buf.size() as usize,
             0,
             std::os::fd::AsFd::as_fd(buf),
-            p2pbuf_rdma::Access::REMOTE_RW,
+            p2pbuf_rdma::MrAccess::REMOTE_RW,
         )?;
         let i = mr.info();
         Ok::<_, Error>(format!(

@@ -43,11 +43,11 @@ pub enum RdmaCmd {
 #[derive(Args, Debug)]
 pub struct RegArgs {
     #[command(flatten)]
-    buf: BufArgs,
+    pub(crate) buf: BufArgs,
     /// Wait this many seconds for fd-from's sender.
     #[arg(long, default_value_t = 60)]
     wait: u64,
-    /// With `--buf p2pbuf`: N times, allocate a buffer and revoke it (P2PBUF_IOCTL_REVOKE)
+    /// With `--mem p2pbuf`: N times, allocate a buffer and revoke it (P2PBUF_IOCTL_REVOKE)
     /// from another thread at a random moment within the time a registration takes, while it
     /// is being registered; print how the attempts ended. Every registration must either succeed (and deregister) or fail with
     /// ENODEV or EINVAL; anything else is an error.
@@ -195,10 +195,10 @@ fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
     use std::os::fd::AsFd;
     use std::time::{Duration, Instant};
 
-    if !memory::is_p2pbuf(&a.buf)? {
+    if !memory::is_p2pbuf(&a.buf) {
         return Err(p2pbuf::Error::Protocol {
             what: "--revoke-race".into(),
-            detail: "needs --buf p2pbuf (a buffer the exporter can revoke)".into(),
+            detail: "needs --mem p2pbuf (a buffer the exporter can revoke)".into(),
         });
     }
     let size = a.buf.size.ok_or_else(|| p2pbuf::Error::Protocol {

@@ -1,18 +1,5 @@
-//! The test pattern of `nvme write` and `dma-engine copy`, and checking data against it.
-
-/// The pattern of `nvme write` (and tests/selftests/nvme_p2p.c).
-pub fn pattern(i: usize, seed: u32) -> u8 {
-    (i.wrapping_mul(13)
-        .wrapping_add(seed as usize)
-        .wrapping_add(i >> 12)) as u8
-}
-
-/// Fill `b` with seed `seed`'s pattern.
-pub fn fill_pattern(b: &mut [u8], seed: u32) {
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = pattern(i, seed);
-    }
-}
+//! Checking data against the lab pattern ([`p2pbuf::pattern`]) of `nvme write` and
+//! `dma-engine copy`, and their throughput.
 
 /// Index and count of bytes where `data[i] != want(i)`.
 pub fn mismatches(data: &[u8], want: impl Fn(usize) -> u8) -> Option<(usize, u8, u8, usize)> {
@@ -38,14 +25,6 @@ pub fn mib_per_s(bytes: u64, secs: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pattern_matches_the_c_selftest() {
-        // tests/selftests/nvme_p2p.c: (uint8_t)(i * 13 + seed + (i >> 12)).
-        assert_eq!(pattern(0, 5), 5);
-        assert_eq!(pattern(1, 5), 18);
-        assert_eq!(pattern(4096, 0), ((4096 * 13 + 1) & 0xff) as u8);
-    }
 
     #[test]
     fn mismatch_reports_the_first() {

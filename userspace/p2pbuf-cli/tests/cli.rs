@@ -117,7 +117,7 @@ fn rdma_serve_without_a_device_says_how_to_get_one() {
     }
     let o = p2pbuf(&["rdma", "serve", "--size", "1M", "--timeout", "1"]);
     assert_unavailable(&o, "rdma link add rxe0");
-    let o = p2pbuf(&["--json", "rdma", "reg", "--buf", "host", "--size", "4096"]);
+    let o = p2pbuf(&["--json", "rdma", "reg", "--mem", "host", "--size", "4096"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["unavailable"], true, "{v}");
@@ -128,10 +128,10 @@ fn rdma_usage_errors() {
     let o = p2pbuf(&["rdma", "write", "--server", "127.0.0.1", "--size", "4096"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--pattern"), "{}", stderr(&o));
-    let o = p2pbuf(&["rdma", "reg", "--buf", "fd-from"]);
-    assert_eq!(o.status.code(), Some(1));
+    let o = p2pbuf(&["rdma", "reg", "--mem", "fd-from"]);
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("needs a path"), "{}", stderr(&o));
-    let o = p2pbuf(&["rdma", "reg", "--buf", "host", "--access", "bogus"]);
+    let o = p2pbuf(&["rdma", "reg", "--mem", "host", "--access", "bogus"]);
     assert_eq!(o.status.code(), Some(2));
 }
 
@@ -140,7 +140,7 @@ fn alloc_from_a_missing_exporter_is_unavailable() {
     if std::path::Path::new("/dev/p2pbuf").exists() {
         return;
     }
-    let o = p2pbuf(&["alloc", "--kind", "p2pbuf", "--size", "4096"]);
+    let o = p2pbuf(&["alloc", "--mem", "p2pbuf", "--size", "4096"]);
     assert_unavailable(&o, "/dev/p2pbuf");
 }
 
@@ -239,7 +239,7 @@ fn alloc_surface_reaches_the_exporter() {
     }
     let o = p2pbuf(&[
         "alloc",
-        "--kind",
+        "--mem",
         "udmabuf",
         "--surface",
         "1920x1080",

@@ -12,8 +12,8 @@
 use crate::fi::{access, Domain, Ep, Eq, Fabric, Info, FI_CONNECTED, FI_CONNREQ, FI_SHUTDOWN};
 use crate::proto::{Op, Region, Request, Verdict};
 use crate::{ffi, Error, Result};
+use p2pbuf::pattern;
 use p2pbuf::{Access, DmaBuf};
-use p2pbuf_rdma::session::{checksum, fill_lab, lab_mismatch};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -174,8 +174,8 @@ fn serve_one(
     if in_range {
         let g = map.read()?;
         let r = &g[request.offset as usize..(request.offset + request.len) as usize];
-        verdict.checksum = checksum(r);
-        verdict.first_mismatch = lab_mismatch(r, request.seed);
+        verdict.checksum = pattern::checksum(r);
+        verdict.first_mismatch = pattern::first_mismatch(r, request.seed);
     }
     tx[..Verdict::SIZE].copy_from_slice(&verdict.encode());
     ep.post_send(&tx[..Verdict::SIZE], &msg_mr)?;
@@ -238,7 +238,7 @@ pub fn client(o: &ClientOpts, say: &mut dyn FnMut(&str)) -> Result<ClientReport>
     let len = usize::try_from(r.len).map_err(|_| Error::Protocol("length too large".into()))?;
     let mut data = vec![0u8; len];
     if r.op == Op::Write {
-        fill_lab(&mut data, r.seed);
+        pattern::fill(&mut data, r.seed);
     }
     let data_mr = domain.reg_host(&mut data, access::LOCAL)?;
     // Receive into the first half, send from the second: one registration for both.
@@ -268,10 +268,10 @@ pub fn client(o: &ClientOpts, say: &mut dyn FnMut(&str)) -> Result<ClientReport>
     cq.wait(flag, r.op.call(), o.timeout)?;
     let seconds = t0.elapsed().as_secs_f64();
     let local_mismatch = match r.op {
-        Op::Read => lab_mismatch(&data, r.seed),
+        Op::Read => pattern::first_mismatch(&data, r.seed),
         Op::Write => None,
     };
-    let sum = checksum(&data);
+    let sum = pattern::checksum(&data);
     // "Done": one byte; the server computes its own checksum of the range.
     tx[0] = 1;
     ep.post_send(&tx[..1], &msg_mr)?;

@@ -45,6 +45,7 @@
 #include <infiniband/verbs.h>
 
 #include "check_util.h"
+#include "../../../tests/selftests/p2pbuf_pattern.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -68,11 +69,6 @@ static void die(const char *what)
 {
 	fprintf(stderr, "verbs-rdma-write: %s: %s (errno %d)\n", what, strerror(errno), errno);
 	exit(2);
-}
-
-static uint8_t pattern(size_t i, unsigned int s)
-{
-	return (uint8_t)((i * 13 + s + (i >> 12)) & 0xff);
 }
 
 static size_t parse_size(const char *s)
@@ -201,11 +197,11 @@ static int rdma_write(struct ibv_qp *qp, struct ibv_cq *cq, void *src, uint32_t 
 	return 0;
 }
 
-/* Index of the first byte of [p, p + len) that is not pattern(seed), or -1. */
+/* Index of the first byte of [p, p + len) that is not p2pbuf_pattern(seed), or -1. */
 static long long mismatch(const volatile uint8_t *p, size_t len, unsigned int s)
 {
 	for (size_t i = 0; i < len; i++)
-		if (p[i] != pattern(i, s))
+		if (p[i] != p2pbuf_pattern(i, s))
 			return (long long)i;
 	return -1;
 }
@@ -326,7 +322,7 @@ int main(int argc, char **argv)
 	if (posix_memalign((void **)&src, 4096, length))
 		die("posix_memalign");
 	for (size_t i = 0; i < length; i++)
-		src[i] = pattern(i, seed);
+		src[i] = p2pbuf_pattern(i, seed);
 	smr = ibv_reg_mr(pd, src, length, IBV_ACCESS_LOCAL_WRITE);
 	if (!smr)
 		die("ibv_reg_mr of the source (host memory)");
@@ -387,7 +383,7 @@ int main(int argc, char **argv)
 		printf("second memory region %p+%zu: lkey %#x rkey %#x\n", (void *)target, half,
 		       tmr2->lkey, tmr2->rkey);
 		for (size_t i = 0; i < half; i++)
-			s2[i] = pattern(i, seed + 1);
+			s2[i] = p2pbuf_pattern(i, seed + 1);
 		s2mr = ibv_reg_mr(pd, s2, half, IBV_ACCESS_LOCAL_WRITE);
 		if (!s2mr)
 			die("ibv_reg_mr of the second source");
@@ -412,7 +408,7 @@ int main(int argc, char **argv)
 	bad = mismatch(target, length, seed);
 	if (bad >= 0) {
 		printf("MISMATCH at byte %lld: %#x, the pattern has %#x\n", bad, target[bad],
-		       pattern((size_t)bad, seed));
+		       p2pbuf_pattern((size_t)bad, seed));
 		return 5;
 	}
 	printf("verified %zu bytes of seed %u through the mapping at offset %zu\n", length, seed,

@@ -517,6 +517,77 @@ pub fn export(alloc: &DeviceAlloc, start: u64, len: u64) -> Result<OwnedFd, Expo
 mod tests {
     use super::*;
 
+    /// What this file types by hand (it must not load libcuda, and takes results as plain
+    /// ints, where cudarc's enum would be undefined behaviour for a code newer than its
+    /// cuda.h) is the driver ABI of the binding p2pbuf's CUDA path uses: cudarc's, generated
+    /// from cuda.h. Every constant has cuda.h's value, the pointer type is cuda.h's, and every
+    /// symbol `driver()` looks up is a function there.
+    #[test]
+    fn driver_abi_is_cudas() {
+        use cudarc::driver::sys::{
+            self, CUmemRangeHandleType as H, CUmemorytype as M, CUpointer_attribute as A,
+            CUresult as R,
+        };
+        let attrs = [
+            (attr::CONTEXT, A::CU_POINTER_ATTRIBUTE_CONTEXT),
+            (attr::MEMORY_TYPE, A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE),
+            (attr::BUFFER_ID, A::CU_POINTER_ATTRIBUTE_BUFFER_ID),
+            (attr::IS_MANAGED, A::CU_POINTER_ATTRIBUTE_IS_MANAGED),
+            (attr::DEVICE_ORDINAL, A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL),
+            (
+                attr::RANGE_START_ADDR,
+                A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            ),
+            (attr::RANGE_SIZE, A::CU_POINTER_ATTRIBUTE_RANGE_SIZE),
+            (
+                attr::MEMORY_BLOCK_ID,
+                A::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID,
+            ),
+        ];
+        for (ours, cuda_h) in attrs {
+            assert_eq!(ours, cuda_h as i32, "{cuda_h:?}");
+        }
+        assert_eq!(MEMORYTYPE_HOST, M::CU_MEMORYTYPE_HOST as u64);
+        assert_eq!(MEMORYTYPE_DEVICE, M::CU_MEMORYTYPE_DEVICE as u64);
+        assert_eq!(
+            HANDLE_TYPE_DMA_BUF_FD,
+            H::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD as c_int
+        );
+        let errors = [
+            (ERROR_INVALID_VALUE, R::CUDA_ERROR_INVALID_VALUE),
+            (ERROR_OUT_OF_MEMORY, R::CUDA_ERROR_OUT_OF_MEMORY),
+            (ERROR_NOT_INITIALIZED, R::CUDA_ERROR_NOT_INITIALIZED),
+            (ERROR_DEINITIALIZED, R::CUDA_ERROR_DEINITIALIZED),
+            (ERROR_NOT_PERMITTED, R::CUDA_ERROR_NOT_PERMITTED),
+            (ERROR_NOT_SUPPORTED, R::CUDA_ERROR_NOT_SUPPORTED),
+        ];
+        for (ours, cuda_h) in errors {
+            assert_eq!(ours, cuda_h as i32, "{cuda_h:?}");
+        }
+        let _same_type: sys::CUdeviceptr = 0 as CuDevicePtr;
+        // The symbols of `driver()`, by cuda.h's own names (a rename there fails the build).
+        macro_rules! symbols {
+            ($($f:ident),*) => { [$((stringify!($f), sys::$f as *const () as usize)),*] };
+        }
+        let symbols = symbols!(
+            cuPointerGetAttributes,
+            cuMemGetHandleForAddressRange,
+            cuCtxPushCurrent_v2,
+            cuCtxPopCurrent_v2,
+            cuGetErrorName,
+            cuMemGetAddressRange_v2,
+            cuDevicePrimaryCtxRetain,
+            cuDevicePrimaryCtxRelease_v2
+        );
+        let src = include_str!("cuda.rs");
+        for (name, f) in symbols {
+            assert_ne!(f, 0);
+            let lit = format!("load!(c\"{name}\"");
+            assert!(src.contains(&lit), "driver() no longer loads {name}");
+        }
+        assert_eq!(src.matches("load!(c\"").count(), symbols.len());
+    }
+
     #[test]
     fn export_range_is_whole_pages() {
         let a = DeviceAlloc {

@@ -59,7 +59,7 @@ use std::os::fd::OwnedFd;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use p2pbuf_rdma::ffi::{ibv_access_flags as acc, ibv_mr, ibv_pd};
-use p2pbuf_rdma::Access;
+use p2pbuf_rdma::MrAccess;
 
 use registry::{Key, Registry};
 
@@ -189,7 +189,7 @@ impl fmt::Display for Call {
         if self.api != Api::RegMr {
             write!(f, ", iova {:#x}", self.iova)?;
         }
-        write!(f, ", access {})", Access::from_bits_retain(self.access))
+        write!(f, ", access {})", MrAccess::from_bits_retain(self.access))
     }
 }
 
@@ -527,7 +527,7 @@ unsafe fn register_device(c: &Call, src: Source) -> *mut ibv_mr {
         c.len,
         c.iova,
         got.fd,
-        Access::from_bits_retain(access)
+        MrAccess::from_bits_retain(access)
     );
     let mr = {
         let _g = RealGuard::enter();

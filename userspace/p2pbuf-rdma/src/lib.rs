@@ -33,5 +33,5 @@ pub mod wc;
 
 pub use cm::{Connection, Listener, Op, Transfer};
 pub use sys::ffi;
-pub use verbs::{device_names, Access, Context, Cq, HostBuf, HostMr, Mr, MrInfo, MrKind, Pd};
+pub use verbs::{device_names, Context, Cq, HostBuf, HostMr, Mr, MrAccess, MrInfo, MrKind, Pd};
 pub use wc::WcStatus;

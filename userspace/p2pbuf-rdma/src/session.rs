@@ -12,11 +12,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use p2pbuf::{Error, Result};
+use p2pbuf::{pattern, Error, Result};
 use serde::Serialize;
 
 use crate::cm::{self, Listener, Op, Transfer};
-use crate::verbs::{Access, HostBuf, MrInfo, MrKind, Pd};
+use crate::verbs::{HostBuf, MrAccess, MrInfo, MrKind, Pd};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"P2PB");
 const VERSION: u32 = 1;
@@ -152,8 +152,8 @@ pub struct Request {
     pub len: u64,
     /// Pattern seed to verify against.
     pub seed: Option<u64>,
-    /// With a seed: the lab pattern ([`lab_byte`], counted from the transfer's first byte)
-    /// instead of [`fill_pattern`]'s.
+    /// With a seed: the lab pattern ([`p2pbuf::pattern`], counted from the transfer's first
+    /// byte) instead of [`fill_pattern`]'s.
     pub lab: bool,
     /// Checksum of the bytes on the client's side.
     pub checksum: u64,
@@ -308,32 +308,10 @@ pub fn pattern_mismatch(buf: &[u8], seed: u64, start: u64) -> Option<u64> {
     None
 }
 
-/// Byte `i` (counted from a transfer's first byte) of the lab pattern for `seed`: what
-/// tests/selftests' `pat()` writes and `cargo xtask test`'s host check
-/// (xtask/src/judge/hostcheck.rs) looks for in the backing file of the emulated GPU memory.
-pub fn lab_byte(seed: u64, i: u64) -> u8 {
-    (i.wrapping_mul(13).wrapping_add(seed).wrapping_add(i >> 12)) as u8
-}
-
-/// Fill `buf` with the lab pattern ([`lab_byte`]).
-pub fn fill_lab(buf: &mut [u8], seed: u64) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = lab_byte(seed, i as u64);
-    }
-}
-
-/// Offset of the first byte of `buf` that is not the lab pattern.
-pub fn lab_mismatch(buf: &[u8], seed: u64) -> Option<u64> {
-    buf.iter()
-        .enumerate()
-        .position(|(i, b)| *b != lab_byte(seed, i as u64))
-        .map(|i| i as u64)
-}
-
 /// The pattern of a transfer of `buf.len()` bytes at region offset `start`.
 fn fill_any(buf: &mut [u8], seed: u64, lab: bool, start: u64) {
     if lab {
-        fill_lab(buf, seed)
+        pattern::fill(buf, seed)
     } else {
         fill_pattern(buf, seed, start)
     }
@@ -342,20 +320,10 @@ fn fill_any(buf: &mut [u8], seed: u64, lab: bool, start: u64) {
 /// First byte of a transfer at region offset `start` that is not its pattern.
 fn mismatch_any(buf: &[u8], seed: u64, lab: bool, start: u64) -> Option<u64> {
     if lab {
-        lab_mismatch(buf, seed)
+        pattern::first_mismatch(buf, seed)
     } else {
         pattern_mismatch(buf, seed, start)
     }
-}
-
-/// FNV-1a, 64 bits.
-pub fn checksum(buf: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in buf {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 /// The server's buffer, as its CPU sees it.
@@ -409,7 +377,7 @@ pub fn serve_one(
     };
     if in_range {
         mem.with_bytes(request.offset, request.len, &mut |b| {
-            reply.checksum = checksum(b);
+            reply.checksum = pattern::checksum(b);
             if let Some(seed) = request.seed {
                 reply.first_mismatch = mismatch_any(b, seed, request.lab, request.offset);
             }
@@ -471,7 +439,7 @@ pub struct ClientOpts {
     pub len: u64,
     /// Pattern seed (written; or expected on a read).
     pub seed: Option<u64>,
-    /// The lab pattern ([`lab_byte`]) instead of [`fill_pattern`]'s.
+    /// The lab pattern ([`p2pbuf::pattern`]) instead of [`fill_pattern`]'s.
     pub lab: bool,
     /// Do the operation this many times (the same bytes), before telling the server.
     pub repeat: u64,
@@ -511,7 +479,7 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
     if let (Op::Write, Some(seed)) = (o.op, o.seed) {
         fill_any(buf.as_mut_slice(), seed, o.lab, o.offset);
     }
-    let local = conn.pd().reg_mr(buf, Access::LOCAL_WRITE)?;
+    let local = conn.pd().reg_mr(buf, MrAccess::LOCAL_WRITE)?;
     let info = local.info();
     let repeat = o.repeat.max(1);
     let remote = hello.addr.wrapping_add(o.offset);
@@ -536,7 +504,7 @@ pub fn client(o: &ClientOpts) -> Result<ClientReport> {
     }
     let seconds = t.elapsed().as_secs_f64();
     let bytes = local.buf().as_slice();
-    let sum = checksum(bytes);
+    let sum = pattern::checksum(bytes);
     let local_mismatch = match (o.op, o.seed) {
         (Op::Read, Some(seed)) => mismatch_any(bytes, seed, o.lab, o.offset),
         _ => None,
@@ -606,26 +574,6 @@ mod tests {
             v
         };
         assert_eq!(pattern_mismatch(&big, 9, 4096), Some((2 << 20) + 5));
-    }
-
-    #[test]
-    fn lab_pattern_is_the_host_checks() {
-        // xtask/src/judge/hostcheck.rs: (i*13 + seed + (i>>12)) & 0xff.
-        let mut b = vec![0u8; 3 << 12];
-        fill_lab(&mut b, 7);
-        assert_eq!(b[0], 7);
-        assert_eq!(b[1], 20);
-        assert_eq!(b[4096], ((4096 * 13 + 7 + 1) & 0xff) as u8);
-        assert_eq!(lab_mismatch(&b, 7), None);
-        b[5000] ^= 0x80;
-        assert_eq!(lab_mismatch(&b, 7), Some(5000));
-        assert_eq!(lab_mismatch(&b[..10], 8), Some(0));
-    }
-
-    #[test]
-    fn checksum_is_fnv1a() {
-        assert_eq!(checksum(b""), 0xcbf29ce484222325);
-        assert_eq!(checksum(b"a"), 0xaf63dc4c8601ec8c);
     }
 
     #[test]

@@ -43,10 +43,11 @@ pub const NO_DEVICE_CHECK: &str =
     "no RDMA device: run `rdma link add rxe0 type rxe netdev eth0` (soft-RoCE), or load the NIC's RDMA driver";
 
 bitflags::bitflags! {
-    /// Memory region access flags (`IBV_ACCESS_*`). Bits without a name here (e.g.
+    /// Memory region access flags (`IBV_ACCESS_*`); not [`p2pbuf::Access`], which says how the
+    /// CPU maps a dma-buf. Bits without a name here (e.g.
     /// `IBV_ACCESS_ON_DEMAND`, 0x40) are kept as they are, to pass through to the provider.
     #[derive(Clone, Copy, PartialEq, Eq, Default)]
-    pub struct Access: u32 {
+    pub struct MrAccess: u32 {
         /// `IBV_ACCESS_LOCAL_WRITE`: the HCA may write it (receive, RDMA READ target).
         const LOCAL_WRITE = acc::IBV_ACCESS_LOCAL_WRITE;
         /// `IBV_ACCESS_REMOTE_WRITE`: peers may RDMA WRITE into it (needs LOCAL_WRITE).
@@ -62,29 +63,29 @@ bitflags::bitflags! {
     }
 }
 
-impl Access {
-    const NAMES: [(&'static str, &'static str, Access); 4] = [
-        ("lw", "LOCAL_WRITE", Access::LOCAL_WRITE),
-        ("rw", "REMOTE_WRITE", Access::REMOTE_WRITE),
-        ("rr", "REMOTE_READ", Access::REMOTE_READ),
-        ("ra", "REMOTE_ATOMIC", Access::REMOTE_ATOMIC),
+impl MrAccess {
+    const NAMES: [(&'static str, &'static str, MrAccess); 4] = [
+        ("lw", "LOCAL_WRITE", MrAccess::LOCAL_WRITE),
+        ("rw", "REMOTE_WRITE", MrAccess::REMOTE_WRITE),
+        ("rr", "REMOTE_READ", MrAccess::REMOTE_READ),
+        ("ra", "REMOTE_ATOMIC", MrAccess::REMOTE_ATOMIC),
     ];
 }
 
-impl fmt::Debug for Access {
+impl fmt::Debug for MrAccess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
 }
 
-impl fmt::Display for Access {
+impl fmt::Display for MrAccess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts: Vec<String> = Access::NAMES
+        let mut parts: Vec<String> = MrAccess::NAMES
             .iter()
             .filter(|(_, _, a)| self.contains(*a))
             .map(|(_, n, _)| n.to_string())
             .collect();
-        let known = Access::NAMES.iter().fold(0, |m, (_, _, a)| m | a.bits());
+        let known = MrAccess::NAMES.iter().fold(0, |m, (_, _, a)| m | a.bits());
         if self.bits() & !known != 0 {
             parts.push(format!("{:#x}", self.bits() & !known));
         }
@@ -95,22 +96,22 @@ impl fmt::Display for Access {
     }
 }
 
-impl Serialize for Access {
+impl Serialize for MrAccess {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(&self.to_string())
     }
 }
 
-impl std::str::FromStr for Access {
+impl std::str::FromStr for MrAccess {
     type Err = String;
     /// `lw,rw,rr` (or the long names, or `none`, or a number).
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let mut a = Access::empty();
+        let mut a = MrAccess::empty();
         for w in s.split([',', '|']).map(str::trim).filter(|w| !w.is_empty()) {
             if w.eq_ignore_ascii_case("none") {
                 continue;
             }
-            if let Some((_, _, x)) = Access::NAMES.iter().find(|(short, long, _)| {
+            if let Some((_, _, x)) = MrAccess::NAMES.iter().find(|(short, long, _)| {
                 w.eq_ignore_ascii_case(short)
                     || w.eq_ignore_ascii_case(long)
                     || w.eq_ignore_ascii_case(&format!("IBV_ACCESS_{long}"))
@@ -121,7 +122,7 @@ impl std::str::FromStr for Access {
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
                 .or_else(|| w.parse().ok())
             {
-                a |= Access::from_bits_retain(n);
+                a |= MrAccess::from_bits_retain(n);
             } else {
                 return Err(format!(
                     "unknown access flag {w:?} (lw, rw, rr, ra, none, or a number)"
@@ -332,7 +333,7 @@ impl Pd {
     }
 
     /// Register host memory (`ibv_reg_mr`); the region owns `buf`.
-    pub fn reg_mr(&self, buf: HostBuf, access: Access) -> Result<HostMr> {
+    pub fn reg_mr(&self, buf: HostBuf, access: MrAccess) -> Result<HostMr> {
         let mr = MrHandle::reg_host(&self.0.pd, &buf, access.bits()).map_err(|e| {
             os_error(
                 format!(
@@ -365,7 +366,7 @@ impl Pd {
         len: usize,
         iova: u64,
         fd: BorrowedFd<'_>,
-        access: Access,
+        access: MrAccess,
     ) -> Result<Mr> {
         let raw = fd.as_raw_fd();
         let mr = MrHandle::reg_dmabuf(&self.0.pd, offset, len, iova, fd, access.bits())
@@ -411,7 +412,7 @@ pub enum MrKind {
 pub struct Mr {
     pd: Pd,
     mr: MrHandle,
-    access: Access,
+    access: MrAccess,
     kind: MrKind,
 }
 
@@ -427,7 +428,7 @@ pub struct MrInfo {
     /// Key for local work requests.
     pub lkey: u32,
     /// Access flags.
-    pub access: Access,
+    pub access: MrAccess,
     /// Host memory or dma-buf.
     #[serde(flatten)]
     pub kind: MrKind,
@@ -575,29 +576,32 @@ mod tests {
 
     #[test]
     fn access_parses_and_prints() {
-        let a: Access = "lw,rw,rr".parse().unwrap();
-        assert_eq!(a, Access::REMOTE_RW);
+        let a: MrAccess = "lw,rw,rr".parse().unwrap();
+        assert_eq!(a, MrAccess::REMOTE_RW);
         assert_eq!(a.to_string(), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ");
-        assert_eq!("none".parse::<Access>().unwrap(), Access::empty());
-        assert_eq!(Access::empty().to_string(), "none");
+        assert_eq!("none".parse::<MrAccess>().unwrap(), MrAccess::empty());
+        assert_eq!(MrAccess::empty().to_string(), "none");
         assert_eq!(
-            "IBV_ACCESS_REMOTE_READ".parse::<Access>().unwrap(),
-            Access::REMOTE_READ
+            "IBV_ACCESS_REMOTE_READ".parse::<MrAccess>().unwrap(),
+            MrAccess::REMOTE_READ
         );
         assert_eq!(
-            "0x3".parse::<Access>().unwrap(),
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+            "0x3".parse::<MrAccess>().unwrap(),
+            MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE
         );
-        assert!("bogus".parse::<Access>().is_err());
-        assert_eq!(Access::from_bits_retain(1 << 30).to_string(), "0x40000000");
+        assert!("bogus".parse::<MrAccess>().is_err());
+        assert_eq!(
+            MrAccess::from_bits_retain(1 << 30).to_string(),
+            "0x40000000"
+        );
     }
 
     #[test]
     fn access_values_are_the_headers() {
-        assert_eq!(Access::LOCAL_WRITE.bits(), 1);
-        assert_eq!(Access::REMOTE_WRITE.bits(), 2);
-        assert_eq!(Access::REMOTE_READ.bits(), 4);
-        assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
+        assert_eq!(MrAccess::LOCAL_WRITE.bits(), 1);
+        assert_eq!(MrAccess::REMOTE_WRITE.bits(), 2);
+        assert_eq!(MrAccess::REMOTE_READ.bits(), 4);
+        assert_eq!(MrAccess::REMOTE_ATOMIC.bits(), 8);
     }
 
     #[test]
@@ -617,7 +621,7 @@ mod tests {
             Ok(ctx) => {
                 let pd = Pd::new(&ctx).unwrap();
                 let mr = pd
-                    .reg_mr(HostBuf::new(4096).unwrap(), Access::REMOTE_RW)
+                    .reg_mr(HostBuf::new(4096).unwrap(), MrAccess::REMOTE_RW)
                     .unwrap();
                 assert_eq!(mr.info().len, 4096);
             }

@@ -330,7 +330,7 @@ pub fn receive_one(socket: &Path, wait: u64, ack: &str) -> Result<DmaBuf> {
                     path: socket.to_path_buf(),
                     source: e,
                     check: Some(
-                        "start `p2pbuf alloc --kind udmabuf --size S --send SOCKET` (or `p2pbuf send SOCKET FD`)"
+                        "start `p2pbuf alloc --mem udmabuf --size S --send SOCKET` (or `p2pbuf send SOCKET FD`)"
                             .into(),
                     ),
                 });

@@ -60,6 +60,7 @@ pub mod heap;
 pub mod importer;
 pub mod memory;
 pub mod nvme;
+pub mod pattern;
 pub mod rdma;
 pub mod surface;
 pub mod udmabuf;

@@ -27,7 +27,8 @@ use crate::dmabuf::DmaBuf;
 use crate::error::{Error, Result, ENOTSUPP};
 use crate::sys::{self, RawMapping};
 
-/// How a mapping may be used.
+/// How a CPU mapping may be used (an RDMA memory region's access flags are
+/// `p2pbuf_rdma::MrAccess`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Access {
     /// `PROT_READ`.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::session::{self, ServerMemory};
-use p2pbuf_rdma::{cm, Access, Context, HostBuf, Listener, MrInfo, Op, Pd, Transfer};
+use p2pbuf_rdma::{cm, Context, HostBuf, Listener, MrAccess, MrInfo, Op, Pd, Transfer};
 
 /// Host memory of `size` bytes, from [`p2pbuf::memory`] as every command gets its memory.
 fn host_mem(size: usize) -> p2pbuf::Result<HostBuf> {
@@ -179,7 +179,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
     let ctx = Context::open(None)?;
     let pd = Pd::new(&ctx)?;
-    let access = Access::REMOTE_RW;
+    let access = MrAccess::REMOTE_RW;
     println!("BENCHINFO rdma_reg baseline=host title=MR_registration_time x=size");
     println!("BENCHMETRIC rdma_reg reg_us unit=us better=lower");
     println!("BENCHMETRIC rdma_reg dereg_us unit=us better=lower");
@@ -379,11 +379,11 @@ fn server(
         let pd = Pd::new(&ctx)?;
         let (buf, info, mr) = if kind == "dmabuf" {
             let d = device_mem(size, false)?;
-            let mr = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), Access::REMOTE_RW)?;
+            let mr = pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), MrAccess::REMOTE_RW)?;
             let info = mr.info();
             (ServerBuf::DmaBuf(d), info, Some(mr))
         } else {
-            let m = pd.reg_mr(host_mem(size)?, Access::REMOTE_RW)?;
+            let m = pd.reg_mr(host_mem(size)?, MrAccess::REMOTE_RW)?;
             let info = m.info();
             (ServerBuf::Host(m), info, None)
         };
@@ -418,7 +418,7 @@ fn server(
     if reply.in_range {
         Served(&buf)
             .with_bytes(q.offset, q.len, &mut |b| {
-                reply.checksum = session::checksum(b);
+                reply.checksum = p2pbuf::pattern::checksum(b);
                 reply.first_mismatch = q
                     .seed
                     .and_then(|seed| session::pattern_mismatch(b, seed, q.offset));
@@ -523,7 +523,7 @@ fn bench_write(a: &BenchArgs) -> p2pbuf::Result<()> {
         let hello = session::Hello::decode(conn.peer_data())?;
         let mut buf = host_mem(max)?;
         session::fill_pattern(buf.as_mut_slice(), 0xbe4c, 0);
-        let local = conn.pd().reg_mr(buf, Access::LOCAL_WRITE)?;
+        let local = conn.pd().reg_mr(buf, MrAccess::LOCAL_WRITE)?;
         conns.push((kind, conn, hello, local));
     }
     for rep in 0..a.reps {
@@ -547,7 +547,7 @@ fn bench_write(a: &BenchArgs) -> p2pbuf::Result<()> {
             len: max as u64,
             seed: Some(0xbe4c),
             lab: false,
-            checksum: session::checksum(bytes),
+            checksum: p2pbuf::pattern::checksum(bytes),
         };
         conn.send(&req.encode())?;
         let _ = session::Reply::decode(&conn.recv(Duration::from_secs(600))?)?;

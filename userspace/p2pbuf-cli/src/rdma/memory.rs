@@ -1,5 +1,5 @@
-//! `--buf`: the memory `rdma serve` and `rdma reg` register, from [`p2pbuf::memory`] (or, for
-//! `reg`, any file's fd), and its registration.
+//! `--mem`: the memory `rdma serve` and `rdma reg` register, from [`p2pbuf::memory`] (or any
+//! file's fd, `file:PATH`), and its registration.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -9,17 +9,19 @@ use p2pbuf::memory::{self, Buffer, Source};
 use p2pbuf::units::{human_size, parse_size, parse_u64};
 use p2pbuf::{DmaBuf, Error};
 use p2pbuf_rdma::session::ServerMemory;
-use p2pbuf_rdma::{Access, MrInfo, Pd};
+use p2pbuf_rdma::{MrAccess, MrInfo, Pd};
+
+use crate::mem::MemSpec;
 
 #[derive(Args, Debug)]
 pub struct BufArgs {
     /// The memory: p2pbuf (device memory from /dev/p2pbuf), udmabuf, heap (the system
-    /// dma-buf heap), host (ibv_reg_mr), cuda, `fd-from SOCKET` (receive a dma-buf from `p2pbuf alloc --send` or `p2pbuf
-    /// send`), and for `reg` only `file PATH` (any fd, to see it refused). Dma-bufs are
-    /// registered with ibv_reg_dmabuf_mr. Every command defaults to p2pbuf.
-    #[arg(long, num_args = 1..=2, value_names = ["KIND", "PATH"],
-          default_values = [Source::DEFAULT_NAME])]
-    pub buf: Vec<String>,
+    /// dma-buf heap), host (registered with ibv_reg_mr), cuda, fd-from:SOCKET (a dma-buf
+    /// received from `p2pbuf alloc --send` or `p2pbuf send`), or file:PATH (any file's fd, to
+    /// see it refused). Dma-bufs are registered with ibv_reg_dmabuf_mr. Every command
+    /// defaults to p2pbuf.
+    #[arg(long, default_value = Source::DEFAULT_NAME, value_name = "SOURCE")]
+    pub mem: MemSpec,
     /// Bytes to allocate (p2pbuf, udmabuf, heap, host, cuda); fd-from takes the sender's size.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<usize>,
@@ -34,47 +36,10 @@ pub struct BufArgs {
     pub iova: Option<u64>,
     /// Access flags: lw (LOCAL_WRITE), rw (REMOTE_WRITE), rr (REMOTE_READ), ra, none.
     #[arg(long, default_value = "lw,rw,rr")]
-    pub access: Access,
+    pub access: MrAccess,
     /// RDMA device (default: the first, or the one the bind address belongs to).
     #[arg(long)]
     pub device: Option<String>,
-}
-
-/// `--buf`: memory from [`p2pbuf::memory`], or (for `reg`) any file's fd.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum BufSpec {
-    Memory(Source),
-    File(PathBuf),
-}
-
-impl BufSpec {
-    /// `KIND`, `KIND PATH` or `KIND:PATH`.
-    fn parse(v: &[String]) -> Result<BufSpec, Error> {
-        let spec = match v {
-            [k] => k.clone(),
-            [k, p] => format!("{k}:{p}"),
-            _ => {
-                return Err(Error::Protocol {
-                    what: "--buf".into(),
-                    detail: "expected KIND [PATH]".into(),
-                })
-            }
-        };
-        match spec.split_once(':') {
-            Some(("file", p)) if !p.is_empty() => Ok(BufSpec::File(p.into())),
-            None if spec == "file" => Err(Error::Protocol {
-                what: "--buf".into(),
-                detail: "file needs a path: --buf file PATH".into(),
-            }),
-            _ => spec
-                .parse()
-                .map(BufSpec::Memory)
-                .map_err(|e: Error| Error::Protocol {
-                    what: "--buf".into(),
-                    detail: e.to_string(),
-                }),
-        }
-    }
 }
 
 /// The memory behind a registration.
@@ -125,21 +90,21 @@ fn io_err(what: &str, path: &Path, source: std::io::Error) -> Error {
     }
 }
 
-/// Whether `--buf` asks for p2pbuf device memory.
-pub fn is_p2pbuf(b: &BufArgs) -> p2pbuf::Result<bool> {
-    Ok(BufSpec::parse(&b.buf)? == BufSpec::Memory(Source::P2pbuf))
+/// Whether `--mem` asks for p2pbuf device memory.
+pub fn is_p2pbuf(b: &BufArgs) -> bool {
+    b.mem == MemSpec::Memory(Source::P2pbuf)
 }
 
 pub fn get_memory(b: &BufArgs, wait: u64) -> p2pbuf::Result<Memory> {
-    Ok(match BufSpec::parse(&b.buf)? {
-        BufSpec::Memory(src) => {
+    Ok(match &b.mem {
+        MemSpec::Memory(src) => {
             let size = match (src.allocates(), b.size) {
                 (false, _) => 0,
                 (true, Some(s)) => s as u64,
                 (true, None) => {
                     return Err(Error::Protocol {
-                        what: "--buf".into(),
-                        detail: "--size is needed for this kind of buffer".into(),
+                        what: format!("--mem {src}"),
+                        detail: "--size is needed for this kind of memory".into(),
                     })
                 }
             };
@@ -148,21 +113,21 @@ pub fn get_memory(b: &BufArgs, wait: u64) -> p2pbuf::Result<Memory> {
                 ack: format!("pid {} will register it for RDMA", std::process::id()),
                 ..Default::default()
             };
-            Memory::Buffer(memory::alloc_with(&src, size, &opts)?)
+            Memory::Buffer(memory::alloc_with(src, size, &opts)?)
         }
-        BufSpec::File(p) => {
+        MemSpec::File(p) => {
             let f = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
-                .open(&p)
-                .map_err(|e| io_err("opening a file to register", &p, e))?;
+                .open(p)
+                .map_err(|e| io_err("opening a file to register", p, e))?;
             if let Some(s) = b.size {
                 f.set_len(s as u64)
-                    .map_err(|e| io_err("sizing the file", &p, e))?;
+                    .map_err(|e| io_err("sizing the file", p, e))?;
             }
-            Memory::Other(f.into(), p)
+            Memory::Other(f.into(), p.clone())
         }
     })
 }
@@ -269,39 +234,4 @@ pub fn register(pd: &Pd, mem: Memory, b: &BufArgs) -> p2pbuf::Result<Registered>
         }
     };
     Ok(Registered { desc, name, mr })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(v: &[&str]) -> Result<BufSpec, Error> {
-        BufSpec::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn buf_specs() {
-        assert_eq!(spec(&["host"]).unwrap(), BufSpec::Memory(Source::Host));
-        assert_eq!(
-            spec(&["udmabuf"]).unwrap(),
-            BufSpec::Memory(Source::Udmabuf)
-        );
-        assert_eq!(spec(&["heap"]).unwrap(), BufSpec::Memory(Source::Heap));
-        assert_eq!(spec(&["p2pbuf"]).unwrap(), BufSpec::Memory(Source::P2pbuf));
-        assert_eq!(
-            spec(&["fd-from", "/tmp/s"]).unwrap(),
-            BufSpec::Memory(Source::FdFrom("/tmp/s".into()))
-        );
-        assert_eq!(
-            spec(&["fd-from:/tmp/s"]).unwrap(),
-            BufSpec::Memory(Source::FdFrom("/tmp/s".into()))
-        );
-        assert_eq!(
-            spec(&["file", "/tmp/f"]).unwrap(),
-            BufSpec::File("/tmp/f".into())
-        );
-        assert!(spec(&["fd-from"]).is_err());
-        assert!(spec(&["host", "/x"]).is_err());
-        assert!(spec(&["gpu"]).is_err());
-    }
 }

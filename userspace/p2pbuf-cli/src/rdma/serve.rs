@@ -183,7 +183,7 @@ pub fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
     // The region may be gone (the exporter revoked it): say so, and still deregister.
     let mut sum = 0;
     let unreadable = r
-        .with_bytes(0, m.len, &mut |b| sum = session::checksum(b))
+        .with_bytes(0, m.len, &mut |b| sum = p2pbuf::pattern::checksum(b))
         .err()
         .map(|e| e.to_string());
     let region = match &unreadable {

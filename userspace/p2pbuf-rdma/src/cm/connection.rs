@@ -99,7 +99,7 @@ impl Connection {
             .map_err(|e| os_error(format!("rdma_create_qp on {}", ctx.name()), e, None))?;
         let ctrl = pd.reg_mr(
             HostBuf::new(MAX_MESSAGE * (RECV_SLOTS + 1))?,
-            crate::verbs::Access::LOCAL_WRITE,
+            crate::verbs::MrAccess::LOCAL_WRITE,
         )?;
         let c = Connection {
             id,
