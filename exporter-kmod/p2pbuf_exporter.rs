@@ -31,6 +31,7 @@ mod debugfs;
 mod provider;
 mod ratelimit;
 mod uapi;
+#[path = "../include/uapi/uapi_arg.rs"]
 mod uapi_arg;
 
 use buffer::CpuMapping;

@@ -2,7 +2,7 @@
 
 //! The ioctl argument structs of `include/uapi/linux/p2pbuf.h`, and the copy rules they share.
 //!
-//! The copy rules ([`read_arg`], [`write_arg`]) live in `exporter-kmod/uapi_arg.rs`, shared by
+//! The copy rules ([`read_arg`], [`write_arg`]) live in `include/uapi/uapi_arg.rs`, shared by
 //! both modules.
 //!
 //! The layouts must match the C header exactly; the `const` assertions below check the sizes

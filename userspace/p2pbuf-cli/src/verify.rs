@@ -1,4 +1,4 @@
-//! The test pattern of `nvme write` and `dma-engine copy`, and checking data against it.
+//! The test pattern of `nvme write` and `dma copy`, and checking data against it.
 
 /// The pattern of `nvme write` (and tests/selftests/nvme_p2p.c).
 pub fn pattern(i: usize, seed: u32) -> u8 {

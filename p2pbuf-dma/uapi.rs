@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The ioctl argument structs of the DMA engine section of `include/uapi/linux/p2pbuf.h`, and
+//! The ioctl argument structs of the `include/uapi/linux/p2pbuf-dma.h`, and
 //! the copy rules they share with the exporter's.
 //!
-//! The copy rules ([`read_arg`], [`write_arg`]) live in `exporter-kmod/uapi_arg.rs`, shared by
+//! The copy rules ([`read_arg`], [`write_arg`]) live in `include/uapi/uapi_arg.rs`, shared by
 //! both modules.
 
 pub(crate) use crate::uapi_arg::{read_arg, write_arg, ArgStruct};

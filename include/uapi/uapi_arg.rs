@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The copy rules of the ioctl argument structs of `include/uapi/linux/p2pbuf.h`, shared by the
-//! exporter and the importer module (the importer includes this file with `#[path]`).
+//! The copy rules of the ioctl argument structs of `include/uapi/linux/p2pbuf.h` and
+//! `include/uapi/linux/p2pbuf-dma.h`, shared by both modules: `exporter-kmod/` and `p2pbuf-dma/`
+//! each build this file from the shared uAPI folder (`#[path = "../include/uapi/uapi_arg.rs"]`).
 //!
 //! Every struct starts with a `u32` size that the caller sets to the size it was compiled with.
 //! [`read_arg`] accepts any size from [`ArgStruct::MIN_SIZE`] up to [`MAX_SIZE`] (a page): a

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! p2pbuf importer: a PCI DMA engine that imports dma-buf fds and copies between them.
+//! p2pbuf-dma: a PCI DMA engine that imports dma-buf fds and copies between them.
 //!
 //! What FPGA drivers did with `nvidia_p2p_get_pages()` and `nvidia_p2p_dma_map_pages()`, done
 //! with dma-buf: the engine (in the lab, QEMU's `edu` device standing in for an FPGA) attaches
@@ -9,8 +9,8 @@
 //! or the host bridge), system memory (udmabuf), or one of each. Exporters may move or revoke
 //! a buffer at any time; the engine never transfers to an address that is no longer mapped.
 //!
-//! Userspace uses the root-only misc device `/dev/p2pbuf-dma` (ioctls in the DMA engine
-//! section of `include/uapi/linux/p2pbuf.h`): IMPORT an fd to get a handle, COPY between
+//! Userspace uses the root-only misc device `/dev/p2pbuf-dma` (ioctls in
+//! `include/uapi/linux/p2pbuf-dma.h`): IMPORT an fd to get a handle, COPY between
 //! handles, RELEASE a handle (or close the file).
 //!
 //! Layout: [`driver`] (the PCI driver), [`edu`] (the device's registers and transfers),
@@ -32,14 +32,14 @@ mod edu;
 mod engine;
 mod import;
 mod uapi;
-#[path = "../exporter-kmod/uapi_arg.rs"]
+#[path = "../include/uapi/uapi_arg.rs"]
 mod uapi_arg;
 
 use engine::Engine;
 
 module! {
     type: P2pbufImporter,
-    name: "p2pbuf_importer",
+    name: "p2pbuf_dma",
     authors: ["p2pbuf developers"],
     description: "A PCI DMA engine importing dma-buf fds",
     license: "GPL",
@@ -69,7 +69,7 @@ impl kernel::InPlaceModule for P2pbufImporter {
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions {
                 name: c"p2pbuf-dma"
             }),
-            _pci <- kdriver::Registration::new(c"p2pbuf_importer", module),
+            _pci <- kdriver::Registration::new(c"p2pbuf_dma", module),
         })
     }
 }
