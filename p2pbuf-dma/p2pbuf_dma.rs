@@ -88,7 +88,7 @@ impl DmaFile {
     }
 
     fn import(&self, arg: usize) -> Result<isize> {
-        let (mut a, size) = uapi::read_arg::<uapi::Import>(arg)?;
+        let (mut a, size) = uapi::read_arg::<uapi::p2pbuf_dma_import>(arg)?;
         if a.flags != 0 {
             return Err(EINVAL);
         }
@@ -102,7 +102,7 @@ impl DmaFile {
     }
 
     fn release(&self, arg: usize) -> Result<isize> {
-        let (a, _) = uapi::read_arg::<uapi::Release>(arg)?;
+        let (a, _) = uapi::read_arg::<uapi::p2pbuf_dma_release>(arg)?;
         if a.flags != 0 || a.reserved != 0 {
             return Err(EINVAL);
         }
@@ -111,7 +111,7 @@ impl DmaFile {
     }
 
     fn copy(&self, arg: usize) -> Result<isize> {
-        let (mut a, size) = uapi::read_arg::<uapi::Copy>(arg)?;
+        let (mut a, size) = uapi::read_arg::<uapi::p2pbuf_dma_copy>(arg)?;
         if a.flags != 0 {
             return Err(EINVAL);
         }
@@ -142,9 +142,9 @@ impl MiscDevice for DmaFile {
 
     fn ioctl(this: &Self, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         match cmd {
-            uapi::IOCTL_IMPORT => this.import(arg),
-            uapi::IOCTL_RELEASE => this.release(arg),
-            uapi::IOCTL_COPY => this.copy(arg),
+            uapi::P2PBUF_DMA_IOCTL_IMPORT => this.import(arg),
+            uapi::P2PBUF_DMA_IOCTL_RELEASE => this.release(arg),
+            uapi::P2PBUF_DMA_IOCTL_COPY => this.copy(arg),
             _ => Err(ENOTTY),
         }
     }

@@ -81,3 +81,24 @@ pub(crate) fn write_arg<T: ArgStruct>(arg: usize, size: usize, val: &T) -> Resul
         .writer()
         .write_slice(&bytes[..n])
 }
+
+/// Makes each generated uAPI struct the [`ArgStruct`] of the ioctl that passes it: the size of
+/// its first version is the one the ioctl number encodes (`_IOC_SIZE`), and the struct has not
+/// grown past it yet (asserted: when one grows, its number must not, and this assertion is what
+/// changes). `FromBytes` and `AsBytes` hold because the uAPI structs are integers and byte
+/// arrays without padding: the header lays them out so, and bindgen's layout checks pin every
+/// field's offset and the size to what the C compiler makes of the header.
+macro_rules! arg_structs {
+    ($($t:ident: $ioctl:ident),* $(,)?) => {$(
+        // SAFETY: See the macro's documentation: integers and byte arrays without padding, so
+        // every byte pattern is valid.
+        unsafe impl kernel::transmute::FromBytes for $t {}
+        // SAFETY: See the macro's documentation: no padding, so every byte is initialised.
+        unsafe impl kernel::transmute::AsBytes for $t {}
+        impl $crate::uapi_arg::ArgStruct for $t {
+            const MIN_SIZE: usize = kernel::ioctl::_IOC_SIZE($ioctl);
+        }
+        const _: () = assert!(core::mem::size_of::<$t>() == kernel::ioctl::_IOC_SIZE($ioctl));
+    )*};
+}
+pub(crate) use arg_structs;

@@ -1,16 +1,57 @@
 //! `cargo xtask modules`: builds `exporter-kmod/` and `p2pbuf-dma/` out of tree against the
 //! kernel of `cargo xtask kernel`, with build output in the cache (`make M= MO=`): under
 //! `build/` for the lab kernel, `build/bench/` for the benchmark kernel.
+//!
+//! Each module's uAPI types are generated from its header in `include/uapi/linux/` before
+//! `make`, by the cache's bindgen on the kernel's own uAPI headers (as the kernel's `rust/uapi`
+//! is for in-tree drivers, with bindgen's layout checks kept): `uapi_generated.rs` in the
+//! module's build directory, which the module's `uapi.rs` includes through the environment
+//! variable `P2PBUF_UAPI_BINDINGS` that this `make` passes to rustc. A plain `make` in the
+//! module's folder therefore needs that variable (and the file) too.
 
 use crate::util::{heading, run_step, Ctx};
-use anyhow::Result;
-use std::path::PathBuf;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-/// The project's out-of-tree modules: (source directory, module name).
-pub const MODULES: &[(&str, &str)] = &[
-    ("exporter-kmod", "p2pbuf_exporter"),
-    ("p2pbuf-dma", "p2pbuf_dma"),
+/// One of the project's out-of-tree modules.
+pub struct Module {
+    /// Its source directory (`make M=`), also the name of its build directory.
+    pub dir: &'static str,
+    /// The module's name (of its `.ko`).
+    pub name: &'static str,
+    /// Its uAPI header, in `include/uapi/linux/`.
+    header: &'static str,
+    /// The C names of the header that its bindings keep (bindgen's `--allowlist-type` and
+    /// `--allowlist-var`): its own, not those of a header it includes.
+    types: &'static str,
+    vars: &'static str,
+}
+
+/// The project's out-of-tree modules.
+pub const MODULES: &[Module] = &[
+    Module {
+        dir: "exporter-kmod",
+        name: "p2pbuf_exporter",
+        header: "p2pbuf.h",
+        types: "p2pbuf_.*",
+        vars: "P2PBUF_.*",
+    },
+    Module {
+        dir: "p2pbuf-dma",
+        name: "p2pbuf_dma",
+        header: "p2pbuf-dma.h",
+        types: "p2pbuf_dma_.*",
+        vars: "P2PBUF_DMA_.*|P2PBUF_IOCTL_MAGIC",
+    },
 ];
+
+/// The environment variable that names a module's generated bindings to its `uapi.rs`.
+const BINDINGS_VAR: &str = "P2PBUF_UAPI_BINDINGS";
+
+/// The prefix of the constants through which clang evaluates the header's ioctl numbers, taken
+/// off again after bindgen (the kernel's `bindings_helper.h` does the same).
+const HELPER: &str = "RUST_CONST_HELPER_";
 
 /// The build output of one module, for the context's kernel flavour.
 pub fn module_out(ctx: &Ctx, dir: &str) -> PathBuf {
@@ -26,7 +67,7 @@ pub const IN_TREE_MODULES: &[&str] = &["samples/rust/rust_dma_buf_exporter.ko"];
 pub fn module_files(ctx: &Ctx) -> Vec<PathBuf> {
     MODULES
         .iter()
-        .map(|(d, m)| module_out(ctx, d).join(format!("{m}.ko")))
+        .map(|m| module_out(ctx, m.dir).join(format!("{}.ko", m.name)))
         .chain(IN_TREE_MODULES.iter().map(|k| ctx.kbuild().join(k)))
         .collect()
 }
@@ -36,13 +77,16 @@ pub fn modules(ctx: &Ctx, clippy: bool) -> Result<()> {
         "modules: exporter-kmod, p2pbuf-dma{}",
         ctx.flavour.note()
     ));
-    for (dir, _) in MODULES {
+    for module in MODULES {
+        let dir = module.dir;
         let out = module_out(ctx, dir);
         std::fs::create_dir_all(&out)?;
+        let bindings = uapi_bindings(ctx, module, &out)?;
         let mut m = ctx.kmake()?;
         m.arg(format!("M={}", ctx.root.join(dir).display()))
             .arg(format!("MO={}", out.display()))
-            .arg("W=1");
+            .arg("W=1")
+            .env(BINDINGS_VAR, &bindings);
         if clippy {
             m.arg("CLIPPY=1");
         } else {
@@ -54,6 +98,69 @@ pub fn modules(ctx: &Ctx, clippy: bool) -> Result<()> {
         run_step(ctx, &format!("make M={dir}"), "modules", &mut m)?;
     }
     Ok(())
+}
+
+/// The header bindgen reads for a module: its uAPI header, then each ioctl number the header
+/// defines (`#define P2PBUF_..IOCTL_.. _IO..(...)`) as a constant whose initialiser clang
+/// evaluates (bindgen does not expand function-like macros such as `_IOWR()`).
+fn bindgen_helper(header: &Path, text: &str) -> String {
+    let mut h = format!("#include \"{}\"\n", header.display());
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if let (Some("#define"), Some(name), Some(value)) =
+            (words.next(), words.next(), words.next())
+        {
+            if name.contains("IOCTL_") && value.starts_with("_IO") {
+                h.push_str(&format!("const unsigned int {HELPER}{name} = {name};\n"));
+            }
+        }
+    }
+    h
+}
+
+/// Generates `module`'s uAPI bindings into `out/uapi_generated.rs` (rewritten only when they
+/// change, so that an unchanged module is not rebuilt); returns the file's path.
+fn uapi_bindings(ctx: &Ctx, module: &Module, out: &Path) -> Result<PathBuf> {
+    let header = ctx.root.join("include/uapi/linux").join(module.header);
+    let text = std::fs::read_to_string(&header)
+        .with_context(|| format!("reading {}", header.display()))?;
+    let helper = out.join("uapi_helper.h");
+    std::fs::write(&helper, bindgen_helper(&header, &text))?;
+    let raw = out.join("uapi_bindgen.rs");
+    let (ksrc, kbuild) = (ctx.ksrc()?, ctx.kbuild());
+    let mut c = Command::new(ctx.tools_bin().join("bindgen"));
+    c.arg(&helper)
+        .args(["--use-core", "--ctypes-prefix", "kernel::ffi"])
+        .args(["--with-derive-default", "--no-doc-comments"])
+        .args(["--allowlist-type", module.types])
+        .arg("--allowlist-var")
+        .arg(format!("{}|{HELPER}.*", module.vars))
+        .arg("-o")
+        .arg(&raw)
+        // The kernel's uAPI headers (<linux/types.h>, <linux/ioctl.h>), as headers_install
+        // exports them, and no others.
+        .args(["--", "-nostdinc", "-D__EXPORTED_HEADERS__"]);
+    for inc in [
+        ksrc.join("include/uapi"),
+        ksrc.join("arch/x86/include/uapi"),
+        kbuild.join("arch/x86/include/generated/uapi"),
+        kbuild.join("include/generated/uapi"),
+    ] {
+        c.arg(format!("-I{}", inc.display()));
+    }
+    c.env("LIBCLANG_PATH", ctx.libclang_dir());
+    run_step(
+        ctx,
+        &format!("bindgen {}", module.header),
+        "modules",
+        &mut c,
+    )?;
+    let rs = std::fs::read_to_string(&raw)?.replace(HELPER, "");
+    let generated = out.join("uapi_generated.rs");
+    if std::fs::read_to_string(&generated).ok().as_deref() != Some(rs.as_str()) {
+        std::fs::write(&generated, rs)?;
+    }
+    Ok(generated)
 }
 
 #[cfg(test)]
@@ -91,6 +198,34 @@ mod tests {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Every ioctl number of both headers reaches the bindings (as a constant clang evaluates),
+    /// and nothing else does.
+    #[test]
+    fn bindgen_helper_evaluates_each_ioctl_number() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut all = Vec::new();
+        for m in super::MODULES {
+            let header = root.join("include/uapi/linux").join(m.header);
+            let text = std::fs::read_to_string(&header).unwrap();
+            let h = super::bindgen_helper(&header, &text);
+            assert!(h.starts_with(&format!("#include \"{}\"\n", header.display())));
+            all.extend(h.lines().skip(1).map(str::to_string));
+        }
+        let want = |n: &str| format!("const unsigned int {}{n} = {n};", super::HELPER);
+        let names = [
+            "P2PBUF_IOCTL_INFO",
+            "P2PBUF_IOCTL_PROVIDER_INFO",
+            "P2PBUF_IOCTL_ALLOC",
+            "P2PBUF_IOCTL_REVOKE",
+            "P2PBUF_IOCTL_REFUSAL",
+            "P2PBUF_IOCTL_ATTACHMENT",
+            "P2PBUF_DMA_IOCTL_IMPORT",
+            "P2PBUF_DMA_IOCTL_RELEASE",
+            "P2PBUF_DMA_IOCTL_COPY",
+        ];
+        assert_eq!(all, names.map(want));
     }
 
     /// The names the DMA engine had before it was p2pbuf-dma everywhere (module `p2pbuf_dma`,
