@@ -31,8 +31,6 @@ mod debugfs;
 mod provider;
 mod ratelimit;
 mod uapi;
-#[path = "../include/uapi/uapi_arg.rs"]
-mod uapi_arg;
 
 use buffer::CpuMapping;
 use provider::Provider;

@@ -10,24 +10,13 @@
 //! version's size is the one the ioctl number encodes), and [`copy_cstr`]. The copy rules
 //! ([`read_arg`], [`write_arg`]) live in `include/uapi/uapi_arg.rs`, shared with p2pbuf-dma.
 
-pub(crate) use crate::uapi_arg::{read_arg, write_arg};
+#[path = "../include/uapi/uapi_arg.rs"]
+mod arg;
+pub(crate) use arg::{read_arg, write_arg};
 
-/// The bindings bindgen generated from `include/uapi/linux/p2pbuf.h`.
-#[allow(
-    clippy::all,
-    clippy::undocumented_unsafe_blocks,
-    dead_code,
-    missing_docs,
-    non_camel_case_types,
-    non_upper_case_globals,
-    unreachable_pub
-)]
-mod generated {
-    include!(env!("P2PBUF_UAPI_BINDINGS"));
-}
-pub(crate) use generated::*;
+arg::generated_bindings!();
 
-crate::uapi_arg::arg_structs! {
+arg::arg_structs! {
     p2pbuf_info: P2PBUF_IOCTL_INFO,
     p2pbuf_provider_info: P2PBUF_IOCTL_PROVIDER_INFO,
     p2pbuf_alloc: P2PBUF_IOCTL_ALLOC,

@@ -32,13 +32,11 @@ mod edu;
 mod engine;
 mod import;
 mod uapi;
-#[path = "../include/uapi/uapi_arg.rs"]
-mod uapi_arg;
 
 use engine::Engine;
 
 module! {
-    type: P2pbufImporter,
+    type: P2pbufDma,
     name: "p2pbuf_dma",
     authors: ["p2pbuf developers"],
     description: "A PCI DMA engine importing dma-buf fds",
@@ -54,14 +52,14 @@ kernel::sync::global_lock! {
 
 /// The module: the misc device and the PCI driver.
 #[pin_data]
-struct P2pbufImporter {
+struct P2pbufDma {
     #[pin]
     _misc: MiscDeviceRegistration<DmaFile>,
     #[pin]
     _pci: kdriver::Registration<pci::Adapter<driver::Driver>>,
 }
 
-impl kernel::InPlaceModule for P2pbufImporter {
+impl kernel::InPlaceModule for P2pbufDma {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: Called exactly once, before anything can use `ENGINE`.
         unsafe { ENGINE.init() };

@@ -6,24 +6,13 @@
 //! same way. The copy rules ([`read_arg`], [`write_arg`]) live in `include/uapi/uapi_arg.rs`,
 //! shared with the exporter.
 
-pub(crate) use crate::uapi_arg::{read_arg, write_arg};
+#[path = "../include/uapi/uapi_arg.rs"]
+mod arg;
+pub(crate) use arg::{read_arg, write_arg};
 
-/// The bindings bindgen generated from `include/uapi/linux/p2pbuf-dma.h`.
-#[allow(
-    clippy::all,
-    clippy::undocumented_unsafe_blocks,
-    dead_code,
-    missing_docs,
-    non_camel_case_types,
-    non_upper_case_globals,
-    unreachable_pub
-)]
-mod generated {
-    include!(env!("P2PBUF_UAPI_BINDINGS"));
-}
-pub(crate) use generated::*;
+arg::generated_bindings!();
 
-crate::uapi_arg::arg_structs! {
+arg::arg_structs! {
     p2pbuf_dma_import: P2PBUF_DMA_IOCTL_IMPORT,
     p2pbuf_dma_release: P2PBUF_DMA_IOCTL_RELEASE,
     p2pbuf_dma_copy: P2PBUF_DMA_IOCTL_COPY,

@@ -168,14 +168,19 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
+    /// The repository's root (xtask's parent).
+    fn repo_root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask lives in the repository root")
+    }
+
     /// The modules' Rust is formatted as the kernel's own is (`make rustfmtcheck`: the tree's
     /// `.rustfmt.toml` says edition 2021 and Unix newlines, nothing else). rustfmt follows the
     /// `mod` items (and `#[path]`) from each module's crate root.
     #[test]
     fn module_sources_are_formatted_as_the_kernel_formats() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("xtask lives in the repository root");
+        let root = repo_root();
         let out = Command::new("rustfmt")
             .current_dir(root)
             .args([
@@ -204,7 +209,7 @@ mod tests {
     /// and nothing else does.
     #[test]
     fn bindgen_helper_evaluates_each_ioctl_number() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let root = repo_root();
         let mut all = Vec::new();
         for m in super::MODULES {
             let header = root.join("include/uapi/linux").join(m.header);
@@ -236,6 +241,7 @@ mod tests {
     const OLD_DMA_NAMES: &[&str] = &[
         concat!("p2pbuf_", "importer"),
         concat!("p2pbuf::", "importer"),
+        concat!("P2pbuf", "Importer"),
         concat!("importer", "/"),
         concat!("importer", ".md"),
         concat!("importer", ".c"),
@@ -266,9 +272,7 @@ mod tests {
     /// names included), and neither module reaches into the other's folder with `#[path]`.
     #[test]
     fn p2pbuf_dma_has_one_name() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("xtask lives in the repository root");
+        let root = repo_root();
         let out = Command::new("git")
             .current_dir(root)
             .args(["ls-files", "-z"])
