@@ -57,11 +57,11 @@ pub const TOPO_PREFIX: &str = "topo_";
 /// Tests of the main suite that also run, with other expectations, on the topology boots.
 const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cli_3_dma"];
 
-/// Tests (name prefixes) that only the p2pbuf-dma boot runs: the p2pbuf_dma suite, the large
-/// engine copies (tests/selftests/p2pbuf_dma_large.c, up to 64 MiB = 32,788 transfers) and the
-/// in-tree exporter sample, whose data goes through the engine (dma_buf_sample.c; named so
-/// that it runs before p2pbuf_dma_large: its exports zero the whole BAR, where p2pbuf_dma_large leaves
-/// a pattern for the host check).
+/// Tests (name prefixes) that only the p2pbuf-dma-icount boot runs: the p2pbuf_dma suite, the
+/// large engine copies (tests/selftests/p2pbuf_dma_large.c, up to 64 MiB = 32,788 transfers) and
+/// the in-tree exporter sample, whose data goes through the engine (dma_buf_sample.c; named so
+/// that it runs before p2pbuf_dma_large: its exports zero the whole BAR, where
+/// p2pbuf_dma_large leaves a pattern for the host check).
 const P2PBUF_DMA_TESTS: &[&str] = &["p2pbuf_dma", "dma_buf_sample"];
 
 /// Tests (name prefixes) that only the large-bar boot runs: buffers larger than 4 GiB
@@ -107,8 +107,8 @@ const LARGE_MIN_WALL_S: u64 = 1800;
 /// The tests the KCSAN boot runs (names containing one of these): those that race the
 /// modules' and the series' paths against each other from several threads
 /// (tests/selftests/races_*.c, p2pbuf_dma_races.c, udmabuf_sync_race.c, odirect_revoke.c,
-/// vivid_vmap.c). `races` also matches every `races_*` and `p2pbuf_dma_races`, named for the list
-/// to say it.
+/// vivid_vmap.c). `races` also matches every `races_*` and `p2pbuf_dma_races`, named for the
+/// list to say it.
 const KCSAN_TESTS: &[&str] = &[
     "races",
     "p2pbuf_dma_races",
@@ -119,8 +119,8 @@ const KCSAN_TESTS: &[&str] = &[
 
 /// Wall seconds the KCSAN boot gets at least: every instrumented C access goes through
 /// KCSAN's runtime (and one in KCSAN_SKIP_WATCH waits on a watchpoint), on top of TCG; and
-/// p2pbuf_dma_races waits for the engine's 100 ms transfers in wall time (no -icount: KCSAN sees
-/// races between CPUs, and -icount runs one).
+/// p2pbuf_dma_races waits for the engine's 100 ms transfers in wall time (no -icount: KCSAN
+/// sees races between CPUs, and -icount runs one).
 const KCSAN_MIN_WALL_S: u64 = 2400;
 
 /// Name prefixes of the tests the main boot leaves to other boots.
