@@ -46,6 +46,7 @@
 
 #include "check_util.h"
 #include "../../../tests/selftests/p2pbuf_pattern.h"
+#include "../../../tests/selftests/verbs_qp.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -115,47 +116,6 @@ static struct ibv_mr *reg_target(struct ibv_pd *pd, void *addr, size_t len, cons
 	return ibv_reg_mr_iova(pd, addr, len, have_iova ? iova : (uint64_t)(uintptr_t)addr,
 			       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				       IBV_ACCESS_REMOTE_READ);
-}
-
-static void qp_connect(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid, uint8_t port,
-		       enum ibv_mtu mtu)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = port,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-	};
-
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_ACCESS_FLAGS))
-		die("ibv_modify_qp INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = mtu;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = port;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				       IBV_QP_MIN_RNR_TIMER))
-		die("ibv_modify_qp RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				       IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("ibv_modify_qp RTS");
 }
 
 /* One signaled RDMA WRITE of len bytes from src into (raddr, rkey); 0 on success. */
@@ -366,8 +326,9 @@ int main(int argc, char **argv)
 		free(t);
 	}
 
-	qp_connect(qa, qb->qp_num, &gid, 1, pa.active_mtu);
-	qp_connect(qb, qa->qp_num, &gid, 1, pa.active_mtu);
+	if (verbs_qp_connect(qa, qb->qp_num, &gid, (uint8_t)gid_index, 1, pa.active_mtu, 14) ||
+	    verbs_qp_connect(qb, qa->qp_num, &gid, (uint8_t)gid_index, 1, pa.active_mtu, 14))
+		die("ibv_modify_qp (INIT, RTR, RTS)");
 
 	if (second_mr) {
 		size_t half = length / 2;

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * An RC QP brought to RTS towards a peer QP on the same port (rxe loops back), for the verbs
+ * tests of the lab: tests/selftests/verbs_dmabuf_mr.c and the peermem checker
+ * (userspace/p2pbuf-peermem/c/verbs_rdma_write.c). Needs <infiniband/verbs.h> and <string.h>.
+ */
+#ifndef P2PBUF_VERBS_QP_H
+#define P2PBUF_VERBS_QP_H
+
+/*
+ * INIT, RTR towards (gid, dest), RTS; remote write and read allowed. @timeout is the local ACK
+ * timeout exponent (4.096 us << timeout), with 7 retries. Returns 0 or the failing
+ * ibv_modify_qp()'s result.
+ */
+static inline int verbs_qp_connect(struct ibv_qp *qp, uint32_t dest, const union ibv_gid *gid,
+				   uint8_t gid_index, uint8_t port, enum ibv_mtu mtu,
+				   uint8_t timeout)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = port,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+	};
+	int ret;
+
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = mtu;
+	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.sgid_index = gid_index;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = port;
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+			    IBV_QP_MIN_RNR_TIMER);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = timeout;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+#endif /* P2PBUF_VERBS_QP_H */
