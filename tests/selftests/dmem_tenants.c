@@ -8,9 +8,17 @@
  * Two tenants, different non-root users in two cgroups with dmem.max set on the BAR's region:
  * each gets its limit and no more (ENOSPC past it, the errno TTM gives when it cannot evict),
  * what one holds does not count against the other, and dmem.current is exact: back to 0 after
- * close, after REVOKE (with the fd still open) and after kill -9.
+ * close, after REVOKE (with the fd still open), after kill -9, and after an unbind (the region
+ * comes back with the BAR's size when the device is bound again).
+ *
+ * Isolation: a tenant never reads what another left in the BAR (ALLOC zeroes; the flag that
+ * skips it needs CAP_SYS_RAWIO; the PCI core's p2pmem/allocate, which hands out the same pool
+ * unzeroed, is root's). The node for a group: with the owner and mode a udev rule gives it
+ * (exporter-kmod/70-p2pbuf.rules: group p2pbuf, 0660), a member opens it and allocates with
+ * no capability, anyone else gets EACCES.
  */
 #include "exporter.h"
+#include <grp.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
@@ -25,6 +33,9 @@
 #define B_UID 65533
 #define A_MAX (1 * MIB)
 #define B_MAX (2 * MIB)
+/* The group a udev rule would give the node (exporter-kmod/70-p2pbuf.rules). */
+#define NODE_GID 65532
+#define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
 
 /* The value of @region in a dmem.* file of "region value" lines; -1 if it is not listed. */
 static long long region_value(const char *file, const char *region)
@@ -296,6 +307,213 @@ TEST_F(dmem, kill_uncharges)
 	EXPECT_EQ(0LL, region_value(self->current_b, self->region));
 	close(h.held[0]);
 	close(h.held[1]);
+}
+
+/* Results a tenant hands back to the test: in a shared anonymous mapping. */
+struct seen {
+	__u64 offset;
+	long long nonzero; /* first non-zero byte of what the second tenant got; -1: none */
+	int uninit_errno, p2pmem_errno;
+};
+
+static struct seen *seen_map(void)
+{
+	void *p = mmap(NULL, sizeof(struct seen), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Tenant A: 1 MiB written with a secret, closed: the range goes back to the pool. */
+static int secret_body(int dev, void *p)
+{
+	struct seen *s = p;
+	int fd = p2p_alloc(dev, MIB, 0, &s->offset);
+	uint8_t *m;
+
+	if (fd < 0)
+		return 10;
+	m = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return 11;
+	memset(m, 0xa5, MIB);
+	munmap(m, MIB);
+	close(fd);
+	return 0;
+}
+
+/* Tenant B: the same size, by every way a tenant has; what it saw goes to @p. */
+struct peek_arg {
+	struct seen *seen;
+	const char *p2pmem;
+};
+
+static int peek_body(int dev, void *p)
+{
+	struct peek_arg *a = p;
+	struct seen *s = a->seen;
+	int fd, pfd;
+	uint8_t *m;
+
+	fd = p2p_alloc(dev, MIB, P2PBUF_ALLOC_UNINITIALIZED, NULL);
+	s->uninit_errno = fd < 0 ? -fd : 0;
+	if (fd >= 0)
+		close(fd);
+	pfd = open(a->p2pmem, O_RDWR | O_CLOEXEC);
+	s->p2pmem_errno = pfd < 0 ? errno : 0;
+	if (pfd >= 0)
+		close(pfd);
+	fd = p2p_alloc(dev, MIB, 0, &s->offset);
+	if (fd < 0)
+		return 10;
+	m = mmap(NULL, MIB, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return 11;
+	s->nonzero = -1;
+	for (size_t i = 0; i < MIB; i++) {
+		if (m[i]) {
+			s->nonzero = (long long)i;
+			break;
+		}
+	}
+	munmap(m, MIB);
+	close(fd);
+	return 0;
+}
+
+TEST_F(dmem, no_tenant_reads_anothers_data)
+{
+	struct seen *a = seen_map(), *b = seen_map();
+	char p2pmem[160];
+	struct peek_arg pa = { b, p2pmem };
+
+	ASSERT_NE(NULL, a);
+	ASSERT_NE(NULL, b);
+	snprintf(p2pmem, sizeof(p2pmem), "/sys/bus/pci/devices/%s/p2pmem/allocate",
+		 self->prov.pci_name);
+	ASSERT_EQ(0, wait_exit(tenant(A_CG, A_UID, self->dev, secret_body, a)));
+	ASSERT_EQ(0, wait_exit(tenant(B_CG, B_UID, self->dev, peek_body, &pa)));
+	TH_LOG("A wrote at BAR offset %#llx, B got %#llx%s", (unsigned long long)a->offset,
+	       (unsigned long long)b->offset,
+	       a->offset == b->offset ? " (the same range)" : "");
+	EXPECT_EQ(-1, b->nonzero) TH_LOG("B read a non-zero byte at %lld", b->nonzero);
+	EXPECT_EQ(EPERM, b->uninit_errno) TH_LOG("ALLOC_UNINITIALIZED without CAP_SYS_RAWIO: %s",
+						 strerror(b->uninit_errno));
+	/* The PCI core's own allocator of the pool: not a tenant's (EACCES), or not there. */
+	EXPECT_TRUE(b->p2pmem_errno == EACCES || b->p2pmem_errno == ENOENT)
+		TH_LOG("%s opened by a tenant: %s", p2pmem, strerror(b->p2pmem_errno));
+	munmap(a, sizeof(*a));
+	munmap(b, sizeof(*b));
+}
+
+/* Opens the node as @uid, with NODE_GID as its only group if @member; allocates 64 KiB. */
+static int open_as(uid_t uid, int member)
+{
+	gid_t g = NODE_GID;
+	pid_t pid = fork();
+	int fd;
+
+	if (pid)
+		return wait_exit(pid);
+	if (setgroups(member ? 1 : 0, &g) || setgid(uid) || setuid(uid))
+		_exit(100);
+	fd = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		_exit(errno == EACCES ? 20 : 21);
+	prov_id = p2pbuf_first_provider(fd);
+	_exit(p2p_alloc(fd, 64 * KIB, 0, NULL) >= 0 ? 0 : 22);
+}
+
+TEST_F(dmem, group_node_admits_members_only)
+{
+	struct stat st;
+	int member, other;
+
+	ASSERT_EQ(0, stat("/dev/p2pbuf", &st));
+	/* What the udev rule does: GROUP="p2pbuf", MODE="0660". */
+	ASSERT_EQ(0, chown("/dev/p2pbuf", 0, NODE_GID));
+	ASSERT_EQ(0, chmod("/dev/p2pbuf", 0660));
+	member = open_as(A_UID, 1);
+	other = open_as(B_UID, 0);
+	chown("/dev/p2pbuf", st.st_uid, st.st_gid);
+	chmod("/dev/p2pbuf", st.st_mode & 07777);
+	EXPECT_EQ(0, member) TH_LOG("a member of the node's group: step %d (21: open, 22: ALLOC)",
+				    member);
+	EXPECT_EQ(20, other) TH_LOG("not a member: step %d (20 is EACCES at open)", other);
+}
+
+/*
+ * A tenant's buffers across unbind and bind: held while the device is unbound (the unbind
+ * revokes them and uncharges; the region goes), closed after it is bound again (nothing is
+ * uncharged twice), then a new allocation charges the new region exactly.
+ */
+static int across_body(int dev, void *p)
+{
+	struct hold *h = p;
+	const char *current = B_CG "/dmem.current";
+	struct p2pbuf_provider_info prov;
+	char region[128];
+	int fds[3], i, fd;
+	char c = 1;
+
+	for (i = 0; i < 3; i++) {
+		fds[i] = p2p_alloc(dev, 256 * KIB, 0, NULL);
+		if (fds[i] < 0)
+			return 10;
+	}
+	if (write(h->held[1], &c, 1) != 1 || read(h->go[0], &c, 1) != 1)
+		return 11;
+	for (i = 0; i < 3; i++)
+		close(fds[i]);
+	prov_id = p2pbuf_first_provider(dev);
+	if (!prov_id || p2p_provider(dev, prov_id, &prov))
+		return 12;
+	snprintf(region, sizeof(region), "p2pbuf/%s/bar%u", prov.pci_name, prov.bar);
+	if (region_value(current, region) > 0)
+		return 13;
+	fd = p2p_alloc(dev, 128 * KIB, 0, NULL);
+	if (fd < 0)
+		return 14;
+	if (region_value(current, region) != (long long)(128 * KIB))
+		return 15;
+	close(fd);
+	return region_value(current, region) == 0 ? 0 : 16;
+}
+
+TEST_F(dmem, unbind_uncharges_and_rebind_registers_again)
+{
+	struct hold h;
+	long long cur;
+	pid_t pid;
+	char c;
+	int rc;
+
+	ASSERT_EQ(0, pipe(h.held));
+	ASSERT_EQ(0, pipe(h.go));
+	pid = tenant(B_CG, B_UID, self->dev, across_body, &h);
+	ASSERT_GT(pid, 0);
+	ASSERT_EQ(1, read(h.held[0], &c, 1));
+	EXPECT_EQ((long long)(768 * KIB), region_value(self->current_b, self->region));
+
+	rc = sysfs_write(EXPORTER_DRV "/unbind", self->prov.pci_name);
+	EXPECT_EQ(0, rc) TH_LOG("unbind %s: %s", self->prov.pci_name, strerror(-rc));
+	cur = region_value(self->current_b, self->region);
+	/* Uncharged; the region itself is gone from the file (-1) or listed at 0. */
+	EXPECT_GE(0LL, cur) TH_LOG("dmem.current after unbind: %lld", cur);
+	EXPECT_EQ(-1LL, region_value(CG "/dmem.capacity", self->region))
+		TH_LOG("the region is still registered after unbind");
+
+	rc = sysfs_write(EXPORTER_DRV "/bind", self->prov.pci_name);
+	ASSERT_EQ(0, rc) TH_LOG("bind %s: %s", self->prov.pci_name, strerror(-rc));
+	EXPECT_EQ((long long)self->prov.bar_size, region_value(CG "/dmem.capacity", self->region));
+
+	ASSERT_EQ(1, write(h.go[1], &c, 1));
+	rc = wait_exit(pid);
+	EXPECT_EQ(0, rc) TH_LOG("the tenant failed at step %d (see across_body)", rc);
+	close(h.held[0]);
+	close(h.held[1]);
+	close(h.go[0]);
+	close(h.go[1]);
 }
 
 TEST_HARNESS_MAIN
