@@ -7,7 +7,6 @@
 #ifndef P2PBUF_FAIL_NTH_H
 #define P2PBUF_FAIL_NTH_H
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -24,6 +23,8 @@
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
 #include "p2pbuf_test.h"
+/* count_fds(), as the peermem checks count their leaks. */
+#include "../../userspace/p2pbuf-peermem/c/check_util.h"
 
 #define PAGE 4096UL
 #define P2P_DEV "/dev/p2pbuf"
@@ -69,22 +70,6 @@ static long long provider_free(int p2p)
 	struct p2pbuf_provider_info p;
 
 	return p2pbuf_first_provider_info(p2p, &p) ? -1 : (long long)p.free;
-}
-
-/* Open fds of this process. */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;	/* the directory's own fd */
 }
 
 /* Attachments of the dma-buf fd as the exporter counts them, or -1. */
