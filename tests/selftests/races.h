@@ -446,6 +446,21 @@ RACES_HELPER pid_t sysfs_write_child(const char *path, const char *val, int go_f
 	_exit(-sysfs_write(path, val));
 }
 
+/*
+ * In a test: an unbind (val written to path by sysfs_write_child(), with no go fd, CPU or
+ * delay) started and noted in *unbinder, for the teardown to kill, then waited for up to
+ * secs: wait_for()'s answer, *status as it sets it.
+ */
+RACES_HELPER int unbind_waited(struct __test_metadata *_metadata, const char *path,
+			       const char *val, pid_t *unbinder, double secs, int *status)
+{
+	pid_t u = sysfs_write_child(path, val, -1, -1, 0, 0, 0);
+
+	ASSERT_LT(0, u);
+	*unbinder = u;
+	return wait_for(u, secs, status);
+}
+
 /* ---- A fence that userspace controls (CONFIG_SW_SYNC) ----------------------------------- */
 
 #define SW_SYNC_PATH "/sys/kernel/debug/sync/sw_sync"

@@ -149,7 +149,6 @@ TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 	struct child_call closer;
 	int x, go[2], st = 0, done;
 	uint8_t *m;
-	pid_t u;
 
 	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
 	ASSERT_GE(x, 0);
@@ -165,10 +164,7 @@ TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 	ASSERT_LT(0, closer.pid);
 	close(go[0]);
 	close(x);
-	u = sysfs_write_child(UNBIND, self->pci, -1, -1, 0, 0, 0);
-	ASSERT_LT(0, u);
-	self->unbinder = u;
-	done = wait_for(u, 1.0, &st);
+	done = unbind_waited(_metadata, UNBIND, self->pci, &self->unbinder, 1.0, &st);
 	if (done == 1)
 		ksft_print_msg("the unbind returned without waiting for the buffer's fence\n");
 	ASSERT_EQ(1, write(go[1], "c", 1));
@@ -180,7 +176,7 @@ TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 			       "release, after its inode was freed)\n");
 	fence_signal(self->timeline);
 	if (done != 1)
-		done = wait_for(u, UNBIND_LIMIT_S, &st);
+		done = wait_for(self->unbinder, UNBIND_LIMIT_S, &st);
 	EXPECT_EQ(1, done) TH_LOG("the unbind did not return after the fence was signalled");
 	if (done == 1) {
 		self->unbinder = 0;
