@@ -183,17 +183,22 @@ static int setup_mapped(struct ctx *c)
 	return c->map == MAP_FAILED ? (c->map = NULL, -errno) : 0;
 }
 
+/* IMPORT of fd into the engine, its handle in *h: 0 or -errno. */
+static int import_into(struct ctx *c, int fd, __u32 *h)
+{
+	int r = dma_import(c->dma, fd);
+
+	if (r < 0)
+		return r;
+	*h = r;
+	return 0;
+}
+
 static int setup_imported(struct ctx *c)
 {
-	int err = setup_buf(c), h;
+	int err = setup_buf(c);
 
-	if (err)
-		return err;
-	h = dma_import(c->dma, c->fd);
-	if (h < 0)
-		return h;
-	c->h = h;
-	return 0;
+	return err ? err : import_into(c, c->fd, &c->h);
 }
 
 static int setup_udmabuf(struct ctx *c)
@@ -205,18 +210,15 @@ static int setup_udmabuf(struct ctx *c)
 static int setup_copy(struct ctx *c)
 {
 	uint8_t *m;
-	int err = setup_imported(c), h;
+	int err = setup_imported(c);
 	size_t i;
 
+	if (!err)
+		err = alloc_dev(c, &c->fd2, 0);
+	if (!err)
+		err = import_into(c, c->fd2, &c->h2);
 	if (err)
 		return err;
-	err = alloc_dev(c, &c->fd2, 0);
-	if (err)
-		return err;
-	h = dma_import(c->dma, c->fd2);
-	if (h < 0)
-		return h;
-	c->h2 = h;
 	m = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
