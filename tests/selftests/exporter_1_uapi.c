@@ -240,12 +240,51 @@ TEST_F(p2pbuf, revoke_flags)
 	close(fd);
 }
 
+/*
+ * What every query of a dma-buf (REFUSAL, ATTACHMENT) refuses, in a test: its number is _IOWR
+ * with the size of its struct s; a closed fd, no fd and a file that is not a p2pbuf dma-buf
+ * are EBADF, EBADF and EINVAL; with fd_, a flag, the reserved field and a size smaller than
+ * the first version are each EINVAL.
+ */
+#define EXPECT_QUERY_CHECKS(dev, nr, s, fd_)					\
+	do {									\
+		EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(nr));		\
+		EXPECT_EQ(sizeof(s), _IOC_SIZE(nr));				\
+		memset(&(s), 0, sizeof(s));					\
+		(s).size = sizeof(s);						\
+		(s).fd = 12345;							\
+		EXPECT_ERRNO(EBADF, ioctl(dev, nr, &(s)));			\
+		(s).fd = -1;							\
+		EXPECT_ERRNO(EBADF, ioctl(dev, nr, &(s)));			\
+		(s).fd = (dev);							\
+		EXPECT_ERRNO(EINVAL, ioctl(dev, nr, &(s)));			\
+		(s).fd = (fd_);							\
+		(s).flags = 1;							\
+		EXPECT_ERRNO(EINVAL, ioctl(dev, nr, &(s)));			\
+		(s).flags = 0;							\
+		(s).reserved = 1;						\
+		EXPECT_ERRNO(EINVAL, ioctl(dev, nr, &(s)));			\
+		(s).reserved = 0;						\
+		(s).size = 16;							\
+		EXPECT_ERRNO(EINVAL, ioctl(dev, nr, &(s)));			\
+	} while (0)
+
+/* REFUSAL and ATTACHMENT of the dma-buf fd: 0 or -errno. */
 static int p2p_refusal(int dev, int fd, struct p2pbuf_refusal *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->size = sizeof(*r);
 	r->fd = fd;
 	return ioctl(dev, P2PBUF_IOCTL_REFUSAL, r) ? -errno : 0;
+}
+
+static int p2p_attachment(int dev, int fd, __u32 index, struct p2pbuf_attachment *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+	a->fd = fd;
+	a->index = index;
+	return ioctl(dev, P2PBUF_IOCTL_ATTACHMENT, a) ? -errno : 0;
 }
 
 /*
@@ -259,8 +298,6 @@ TEST_F(p2pbuf, refusal)
 	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
 
 	ASSERT_GE(fd, 0);
-	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_REFUSAL));
-	EXPECT_EQ(sizeof(struct p2pbuf_refusal), _IOC_SIZE(P2PBUF_IOCTL_REFUSAL));
 	ASSERT_EQ(0, p2p_refusal(self->dev, fd, &r));
 	EXPECT_EQ(P2PBUF_REFUSAL_NONE, r.reason);
 	EXPECT_EQ(0ULL, r.nr_refused);
@@ -270,32 +307,8 @@ TEST_F(p2pbuf, refusal)
 	/* A revoked buffer still answers. */
 	ASSERT_EQ(0, p2p_revoke(self->dev, fd));
 	EXPECT_EQ(0, p2p_refusal(self->dev, fd, &r));
-	/* Closed fd, no fd, not a p2pbuf dma-buf. */
-	EXPECT_EQ(-EBADF, p2p_refusal(self->dev, 12345, &r));
-	EXPECT_EQ(-EBADF, p2p_refusal(self->dev, -1, &r));
-	EXPECT_EQ(-EINVAL, p2p_refusal(self->dev, self->dev, &r));
-	/* Flags, reserved, a struct smaller than the first version. */
-	memset(&r, 0, sizeof(r));
-	r.size = sizeof(r);
-	r.fd = fd;
-	r.flags = 1;
-	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
-	r.flags = 0;
-	r.reserved = 1;
-	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
-	r.reserved = 0;
-	r.size = 16;
-	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_REFUSAL, &r));
+	EXPECT_QUERY_CHECKS(self->dev, P2PBUF_IOCTL_REFUSAL, r, fd);
 	close(fd);
-}
-
-static int p2p_attachment(int dev, int fd, __u32 index, struct p2pbuf_attachment *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->size = sizeof(*a);
-	a->fd = fd;
-	a->index = index;
-	return ioctl(dev, P2PBUF_IOCTL_ATTACHMENT, a) ? -errno : 0;
 }
 
 /*
@@ -309,28 +322,11 @@ TEST_F(p2pbuf, attachment)
 	int fd = p2p_alloc(self->dev, PAGE, 0, NULL);
 
 	ASSERT_GE(fd, 0);
-	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(P2PBUF_IOCTL_ATTACHMENT));
-	EXPECT_EQ(sizeof(struct p2pbuf_attachment), _IOC_SIZE(P2PBUF_IOCTL_ATTACHMENT));
 	EXPECT_EQ(-ENOENT, p2p_attachment(self->dev, fd, 0, &a));
 	EXPECT_EQ(0U, a.nr_attachments);
 	EXPECT_EQ(0, a.device[0]);
 	EXPECT_EQ(-ENOENT, p2p_attachment(self->dev, fd, ~0U, &a));
-	/* Closed fd, no fd, not a p2pbuf dma-buf. */
-	EXPECT_EQ(-EBADF, p2p_attachment(self->dev, 12345, 0, &a));
-	EXPECT_EQ(-EBADF, p2p_attachment(self->dev, -1, 0, &a));
-	EXPECT_EQ(-EINVAL, p2p_attachment(self->dev, self->dev, 0, &a));
-	/* Flags, the reserved field, a struct smaller than the first version. */
-	memset(&a, 0, sizeof(a));
-	a.size = sizeof(a);
-	a.fd = fd;
-	a.flags = 1;
-	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
-	a.flags = 0;
-	a.reserved = 1;
-	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
-	a.reserved = 0;
-	a.size = 16;
-	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_IOCTL_ATTACHMENT, &a));
+	EXPECT_QUERY_CHECKS(self->dev, P2PBUF_IOCTL_ATTACHMENT, a, fd);
 	close(fd);
 }
 

@@ -7,7 +7,6 @@
 #ifndef P2PBUF_FAIL_NTH_H
 #define P2PBUF_FAIL_NTH_H
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -24,6 +23,8 @@
 #include "kselftest_harness.h"
 #include "uapi/linux/p2pbuf.h"
 #include "p2pbuf_test.h"
+/* count_fds(), as the peermem checks count their leaks. */
+#include "../../userspace/p2pbuf-peermem/c/check_util.h"
 
 #define PAGE 4096UL
 #define P2P_DEV "/dev/p2pbuf"
@@ -69,22 +70,6 @@ static long long provider_free(int p2p)
 	struct p2pbuf_provider_info p;
 
 	return p2pbuf_first_provider_info(p2p, &p) ? -1 : (long long)p.free;
-}
-
-/* Open fds of this process. */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;	/* the directory's own fd */
 }
 
 /* Attachments of the dma-buf fd as the exporter counts them, or -1. */
@@ -198,17 +183,22 @@ static int setup_mapped(struct ctx *c)
 	return c->map == MAP_FAILED ? (c->map = NULL, -errno) : 0;
 }
 
+/* IMPORT of fd into the engine, its handle in *h: 0 or -errno. */
+static int import_into(struct ctx *c, int fd, __u32 *h)
+{
+	int r = dma_import(c->dma, fd);
+
+	if (r < 0)
+		return r;
+	*h = r;
+	return 0;
+}
+
 static int setup_imported(struct ctx *c)
 {
-	int err = setup_buf(c), h;
+	int err = setup_buf(c);
 
-	if (err)
-		return err;
-	h = dma_import(c->dma, c->fd);
-	if (h < 0)
-		return h;
-	c->h = h;
-	return 0;
+	return err ? err : import_into(c, c->fd, &c->h);
 }
 
 static int setup_udmabuf(struct ctx *c)
@@ -220,18 +210,15 @@ static int setup_udmabuf(struct ctx *c)
 static int setup_copy(struct ctx *c)
 {
 	uint8_t *m;
-	int err = setup_imported(c), h;
+	int err = setup_imported(c);
 	size_t i;
 
+	if (!err)
+		err = alloc_dev(c, &c->fd2, 0);
+	if (!err)
+		err = import_into(c, c->fd2, &c->h2);
 	if (err)
 		return err;
-	err = alloc_dev(c, &c->fd2, 0);
-	if (err)
-		return err;
-	h = dma_import(c->dma, c->fd2);
-	if (h < 0)
-		return h;
-	c->h2 = h;
 	m = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;

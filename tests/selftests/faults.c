@@ -327,13 +327,25 @@ static unsigned long real_cmd(unsigned long nr)
 	return _IO(P2PBUF_IOCTL_MAGIC, nr);
 }
 
-/* A valid argument for ioctl number nr (any other nr: an empty struct with a size field). */
 /* An fd for a fuzzed struct: mostly the planted valid one, else a small number. */
 static int fuzz_fd(int planted)
 {
 	return rnd() % 4 ? planted : (int)(rnd() % 8);
 }
 
+/*
+ * In template(): d as a struct type that begins with its size and a dma-buf fd (REVOKE,
+ * REFUSAL, ATTACHMENT, IMPORT), those two set (the fd from fuzz_fd()); the struct pointer.
+ */
+#define SIZE_AND_FD(type) ({					\
+	struct type *_s = (void *)d;				\
+								\
+	_s->size = sizeof(*_s);					\
+	_s->fd = fuzz_fd(planted);				\
+	_s;							\
+})
+
+/* A valid argument for ioctl number nr (any other nr: an empty struct with a size field). */
 static void template(uint32_t *d, unsigned long nr, int planted)
 {
 	memset(d, 0, 512);
@@ -357,35 +369,18 @@ static void template(uint32_t *d, unsigned long nr, int planted)
 		a->provider = rnd() % 4 ? fuzz_provider : (uint32_t)(rnd() % 3);
 		break;
 	}
-	case 0x03: {
-		struct p2pbuf_revoke *r = (void *)d;
-
-		r->size = sizeof(*r);
-		r->fd = fuzz_fd(planted);
+	case 0x03:
+		SIZE_AND_FD(p2pbuf_revoke);
 		break;
-	}
-	case 0x04: {
-		struct p2pbuf_refusal *r = (void *)d;
-
-		r->size = sizeof(*r);
-		r->fd = fuzz_fd(planted);
+	case 0x04:
+		SIZE_AND_FD(p2pbuf_refusal);
 		break;
-	}
-	case 0x05: {
-		struct p2pbuf_attachment *a = (void *)d;
-
-		a->size = sizeof(*a);
-		a->fd = fuzz_fd(planted);
-		a->index = rnd() % 4 ? 0 : (uint32_t)rnd();
+	case 0x05:
+		SIZE_AND_FD(p2pbuf_attachment)->index = rnd() % 4 ? 0 : (uint32_t)rnd();
 		break;
-	}
-	case 0x10: {
-		struct p2pbuf_dma_import *im = (void *)d;
-
-		im->size = sizeof(*im);
-		im->fd = fuzz_fd(planted);
+	case 0x10:
+		SIZE_AND_FD(p2pbuf_dma_import);
 		break;
-	}
 	case 0x11: {
 		struct p2pbuf_dma_release *r = (void *)d;
 

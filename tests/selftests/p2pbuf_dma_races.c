@@ -151,7 +151,6 @@ TEST_F_TIMEOUT(p2pbuf_dma_races, h3_unbind_engine_while_imported, 300)
 	int d1, d2, h1, h2, r, st = 0, done, fd;
 	long long f_mid;
 	double tu;
-	pid_t u;
 
 	d1 = p2pbuf_alloc_fd(self->p2p, len);
 	d2 = p2pbuf_alloc_fd(self->p2p, len);
@@ -174,17 +173,15 @@ TEST_F_TIMEOUT(p2pbuf_dma_races, h3_unbind_engine_while_imported, 300)
 	EXPECT_EQ(self->free0 - 2 * (long long)len, f_mid);
 
 	tu = now();
-	u = sysfs_write_child(ENGINE_UNBIND, self->edu, -1, -1, 0, 0, 0);
-	ASSERT_LT(0, u);
-	self->unbinder = u;
-	done = wait_for(u, ENGINE_UNBIND_LIMIT_S, &st);
+	done = unbind_waited(_metadata, ENGINE_UNBIND, self->edu, &self->unbinder,
+			     ENGINE_UNBIND_LIMIT_S, &st);
 	EXPECT_EQ(1, done) TH_LOG("the unbind of the engine has not returned after %.0f s while "
 				  "buffers are imported", ENGINE_UNBIND_LIMIT_S);
 	if (done != 1) {
 		/* What it may wait for: our file's imports. */
 		close(self->dma);
 		self->dma = -1;
-		ASSERT_EQ(1, wait_for(u, ENGINE_UNBIND_LIMIT_S, &st));
+		ASSERT_EQ(1, wait_for(self->unbinder, ENGINE_UNBIND_LIMIT_S, &st));
 	}
 	self->unbinder = 0;
 	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) TH_LOG("unbind status %#x", st);
@@ -343,20 +340,17 @@ TEST_F_TIMEOUT(p2pbuf_dma_races, h3_import_loop_vs_engine_unbind, 400)
 	for (cycles = 0; cycles < 20 && (cycles < 3 || now() - t0 < races_s()); cycles++) {
 		int c = cycles, st = 0, done;
 		double tu;
-		pid_t u;
 
 		usleep(200 * 1000 + rnd() % (600 * 1000));
 		tu = now();
-		u = sysfs_write_child(ENGINE_UNBIND, self->edu, -1, -1, 0, 0, 0);
-		ASSERT_LT(0, u);
-		self->unbinder = u;
-		done = wait_for(u, ENGINE_UNBIND_LIMIT_S, &st);
+		done = unbind_waited(_metadata, ENGINE_UNBIND, self->edu, &self->unbinder,
+				     ENGINE_UNBIND_LIMIT_S, &st);
 		if (done != 1) {
 			late++;
 			ksft_print_msg("cycle %d: the unbind of the engine has not returned after %.0f s\n",
 				       c, ENGINE_UNBIND_LIMIT_S);
 			l.stop = 1;
-			ASSERT_EQ(1, wait_for(u, ENGINE_UNBIND_LIMIT_S, &st));
+			ASSERT_EQ(1, wait_for(self->unbinder, ENGINE_UNBIND_LIMIT_S, &st));
 		} else if (now() - tu > worst) {
 			worst = now() - tu;
 		}

@@ -262,6 +262,70 @@ RACES_HELPER int wait_for(pid_t pid, double secs, int *status)
 	}
 }
 
+/*
+ * A call run in a child process, so that the test never blocks on it: its result (an int,
+ * 0 or -errno) comes back through a pipe.
+ */
+struct child_call {
+	pid_t pid;		/* 0 or less: it did not start */
+	int rfd;
+	int result;
+	int done;
+	double start, secs;	/* when it started; how long it took, once done */
+};
+
+/*
+ * Starts body(arg) in a child, which first closes close_fd (a sw_sync timeline: a child
+ * holding it would keep its fence from being signalled) and waits for a byte on go_fd, each
+ * where it is >= 0.
+ */
+RACES_HELPER void child_call_start(struct child_call *c, int (*body)(void *arg), void *arg,
+				   int close_fd, int go_fd)
+{
+	int p[2];
+
+	memset(c, 0, sizeof(*c));
+	c->rfd = -1;
+	if (pipe2(p, O_CLOEXEC))
+		return;
+	c->start = now();
+	c->pid = fork();
+	if (c->pid == 0) {
+		char ch;
+		int r;
+
+		if (close_fd >= 0)
+			close(close_fd);
+		close(p[0]);
+		if (go_fd >= 0 && read(go_fd, &ch, 1) < 0)
+			_exit(1);
+		r = body(arg);
+		_exit(write(p[1], &r, sizeof(r)) == sizeof(r) ? 0 : 1);
+	}
+	close(p[1]);
+	if (c->pid < 0) {
+		close(p[0]);
+		return;
+	}
+	c->rfd = p[0];
+}
+
+/* Whether the call has returned (waiting up to secs); its result is in c->result. */
+RACES_HELPER int child_call_wait(struct child_call *c, double secs)
+{
+	if (!c->done && c->rfd >= 0 &&
+	    read_within(c->rfd, &c->result, sizeof(c->result), secs) == sizeof(c->result)) {
+		int st;
+
+		c->done = 1;
+		c->secs = now() - c->start;
+		close(c->rfd);
+		c->rfd = -1;
+		waitpid(c->pid, &st, 0);
+	}
+	return c->done;
+}
+
 /* Pins the calling thread to one CPU. */
 RACES_HELPER int pin_cpu(int cpu)
 {
@@ -380,6 +444,21 @@ RACES_HELPER pid_t sysfs_write_child(const char *path, const char *val, int go_f
 		sleep_ns(delay_ns);
 	spin(spins);
 	_exit(-sysfs_write(path, val));
+}
+
+/*
+ * In a test: an unbind (val written to path by sysfs_write_child(), with no go fd, CPU or
+ * delay) started and noted in *unbinder, for the teardown to kill, then waited for up to
+ * secs: wait_for()'s answer, *status as it sets it.
+ */
+RACES_HELPER int unbind_waited(struct __test_metadata *_metadata, const char *path,
+			       const char *val, pid_t *unbinder, double secs, int *status)
+{
+	pid_t u = sysfs_write_child(path, val, -1, -1, 0, 0, 0);
+
+	ASSERT_LT(0, u);
+	*unbinder = u;
+	return wait_for(u, secs, status);
 }
 
 /* ---- A fence that userspace controls (CONFIG_SW_SYNC) ----------------------------------- */

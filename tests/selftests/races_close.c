@@ -12,17 +12,32 @@
  * is what it was before the allocation, with no ALLOC, PROVIDER_INFO or unbind in between
  * (those prune released buffers and would hide a buffer that is only freed then).
  */
+/*
+ * A buffer of len bytes for a test of the pool's count: its fd, with the pool's available
+ * bytes before it in *before; -1, the test skipped, where the pool has no count.
+ */
+static int pool_buffer(struct __test_metadata *_metadata, const char *pci, int p2p, size_t len,
+		       long long *before)
+{
+	int fd;
+
+	*before = pool_avail(pci);
+	if (*before < 0)
+		SKIP(return -1, "no p2pmem/available for %s", pci);
+	fd = p2pbuf_alloc_fd(p2p, len);
+	ASSERT_GE(fd, 0);
+	return fd;
+}
+
 TEST_F(races, memory_returns_on_last_close)
 {
 	const size_t len = 1UL << 20;
 	long long a0, a1, a2, a3, f;
 	int fd;
 
-	a0 = pool_avail(self->pci);
-	if (a0 < 0)
-		SKIP(return, "no p2pmem/available for %s", self->pci);
-	fd = p2pbuf_alloc_fd(self->p2p, len);
-	ASSERT_GE(fd, 0);
+	fd = pool_buffer(_metadata, self->pci, self->p2p, len, &a0);
+	if (fd < 0)
+		return;
 	a1 = pool_avail(self->pci);
 	/* The measure works: the allocation shows. */
 	ASSERT_EQ(a0 - (long long)len, a1);
@@ -46,11 +61,9 @@ TEST_F(races, memory_returns_on_munmap_after_close)
 	uint8_t *m;
 	int fd;
 
-	a0 = pool_avail(self->pci);
-	if (a0 < 0)
-		SKIP(return, "no p2pmem/available for %s", self->pci);
-	fd = p2pbuf_alloc_fd(self->p2p, len);
-	ASSERT_GE(fd, 0);
+	fd = pool_buffer(_metadata, self->pci, self->p2p, len, &a0);
+	if (fd < 0)
+		return;
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	m[0] = 1;
@@ -83,12 +96,8 @@ static void *h1_closer(void *p)
 {
 	struct h1_shared *s = p;
 
-	for (;;) {
-		if (sem_wait_intr(&s->go_c) || s->quit)
-			break;
-		while (!s->start)
-			;
-		spin(s->spin_c);
+	while (race_next(&s->go_c, &s->quit)) {
+		revoker_start(MODE_FREE, 0, &s->start, s->spin_c);
 		if (s->order) {
 			munmap(s->map, s->len);
 			close(s->fd);
@@ -105,12 +114,8 @@ static void *h1_revoker(void *p)
 {
 	struct h1_shared *s = p;
 
-	for (;;) {
-		if (sem_wait_intr(&s->go_r) || s->quit)
-			break;
-		while (!s->start)
-			;
-		spin(s->spin_r);
+	while (race_next(&s->go_r, &s->quit)) {
+		revoker_start(MODE_FREE, 0, &s->start, s->spin_r);
 		s->ret = p2p_revoke(s->p2p, s->fd);
 		sem_post(&s->done);
 	}
@@ -148,11 +153,7 @@ TEST_F_TIMEOUT(races, h1_close_vs_revoke_threads, 120)
 		s.spin_c = rnd() % (unsigned long)(rate * 2e-4 + 1);
 		s.spin_r = rnd() % (unsigned long)(rate * 2e-4 + 1);
 		s.start = 0;
-		sem_post(&s.go_c);
-		sem_post(&s.go_r);
-		s.start = 1;
-		sem_wait_intr(&s.done);
-		sem_wait_intr(&s.done);
+		race_round(&s.go_c, &s.go_r, &s.start, &s.done);
 		iters++;
 		switch (-s.ret) {
 		case 0: ok++; break;
@@ -161,11 +162,7 @@ TEST_F_TIMEOUT(races, h1_close_vs_revoke_threads, 120)
 		default: bad++; last_bad = -s.ret;
 		}
 	}
-	s.quit = 1;
-	sem_post(&s.go_c);
-	sem_post(&s.go_r);
-	pthread_join(tc, NULL);
-	pthread_join(tr, NULL);
+	race_stop(&s.quit, &s.go_c, tc, &s.go_r, tr);
 	ksft_print_msg("H1 last close vs REVOKE (threads): %lu iterations in %.1f s: REVOKE returned "
 		       "0 %lu, EBADF %lu, EINVAL %lu, other %lu (last %s)\n", iters, now() - t0, ok,
 		       ebadf, einval, bad, bad ? strerror(last_bad) : "-");

@@ -8,16 +8,6 @@
 
 /* ---- Deterministic windows with a fence that userspace controls (CONFIG_SW_SYNC) -------- */
 
-/* An operation run in a child process, so that the test never blocks on it. */
-struct op {
-	const char *name;
-	pid_t pid;
-	int rfd;
-	int done;
-	int result;
-	double secs;
-};
-
 enum { OP_REVOKE, OP_INFO, OP_ALLOC, OP_MMAP, OP_DEBUGFS, OP_CLOSE, OP_ATTACHMENT };
 
 static int op_body(int kind, int p2p, int fd)
@@ -63,55 +53,26 @@ static int op_body(int kind, int p2p, int fd)
 	return -EINVAL;
 }
 
-static void op_start(FIXTURE_DATA(races) *self, struct op *o, const char *name, int kind,
-		     int fd, int go_fd)
+struct op_arg {
+	int kind, p2p, fd;
+};
+
+static int op_run(void *arg)
 {
-	int p[2];
+	struct op_arg *a = arg;
 
-	memset(o, 0, sizeof(*o));
-	o->name = name;
-	o->rfd = -1;
-	if (pipe2(p, O_CLOEXEC))
-		return;
-	o->secs = now();
-	o->pid = fork();
-	if (o->pid == 0) {
-		int r;
-		char ch;
-
-		if (self->timeline >= 0)
-			close(self->timeline);
-		close(p[0]);
-		if (go_fd >= 0 && read(go_fd, &ch, 1) < 0)
-			_exit(1);
-		r = op_body(kind, self->p2p, fd);
-		if (write(p[1], &r, sizeof(r)) != sizeof(r))
-			_exit(1);
-		_exit(0);
-	}
-	close(p[1]);
-	if (o->pid < 0) {
-		close(p[0]);
-		return;
-	}
-	add_kid(self, o->pid);
-	o->rfd = p[0];
+	return op_body(a->kind, a->p2p, a->fd);
 }
 
-/* Whether the op has finished (waiting up to secs); its result is in o->result. */
-static int op_wait(struct op *o, double secs)
+/* An operation run in a child process (a kid of the fixture), so that the test never blocks. */
+static void op_start(FIXTURE_DATA(races) *self, struct child_call *o, int kind, int fd,
+		     int go_fd)
 {
-	if (!o->done && o->rfd >= 0 &&
-	    read_within(o->rfd, &o->result, sizeof(o->result), secs) == sizeof(o->result)) {
-		int st;
+	struct op_arg a = { .kind = kind, .p2p = self->p2p, .fd = fd };
 
-		o->done = 1;
-		o->secs = now() - o->secs;
-		close(o->rfd);
-		o->rfd = -1;
-		waitpid(o->pid, &st, 0);
-	}
-	return o->done;
+	child_call_start(o, op_run, &a, self->timeline, go_fd);
+	if (o->pid > 0)
+		add_kid(self, o->pid);
 }
 
 /*
@@ -123,7 +84,7 @@ static int op_wait(struct op *o, double secs)
  */
 TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 {
-	struct op rev, ops[5];
+	struct child_call rev, ops[5];
 	const char *names[5] = { "PROVIDER_INFO", "ALLOC (another buffer)",
 				 "mmap() of the buffer being revoked", "read of debugfs p2pbuf/buffers",
 				 "ATTACHMENT of the buffer being revoked" };
@@ -133,19 +94,19 @@ TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
 	ASSERT_GE(x, 0);
 	PLANT_FENCE_OR_SKIP(self->timeline, x, 1);
-	op_start(self, &rev, "REVOKE", OP_REVOKE, x, -1);
+	op_start(self, &rev, OP_REVOKE, x, -1);
 	ASSERT_LT(0, rev.pid);
-	if (op_wait(&rev, 1.0)) {
+	if (child_call_wait(&rev, 1.0)) {
 		ksft_print_msg("REVOKE returned (%s) without waiting for the buffer's fence\n",
 			       strerror(-rev.result));
 	} else {
 		waited = 1;
 		for (int i = 0; i < 5; i++)
-			op_start(self, &ops[i], names[i], kinds[i], x, -1);
+			op_start(self, &ops[i], kinds[i], x, -1);
 		for (int i = 0; i < 5; i++) {
-			double left = ops[i].secs + 3.0 - now();
+			double left = ops[i].start + 3.0 - now();
 
-			if (!op_wait(&ops[i], left > 0 ? left : 0)) {
+			if (!child_call_wait(&ops[i], left > 0 ? left : 0)) {
 				blocked++;
 				ksft_print_msg("%s has not returned after 3 s: it waits behind a REVOKE "
 					       "that waits for a fence without limit (M2)\n", names[i]);
@@ -153,12 +114,12 @@ TEST_F_TIMEOUT(races, m2_revoke_waiting_on_fence, 120)
 		}
 	}
 	fence_signal(self->timeline);
-	EXPECT_TRUE(op_wait(&rev, 20)) TH_LOG("REVOKE did not return once the fence was signalled");
+	EXPECT_TRUE(child_call_wait(&rev, 20)) TH_LOG("REVOKE did not return once the fence was signalled");
 	EXPECT_EQ(0, rev.result);
 	if (!waited)
 		goto out;
 	for (int i = 0; i < 5; i++) {
-		EXPECT_TRUE(op_wait(&ops[i], 20)) TH_LOG("%s never returned", names[i]);
+		EXPECT_TRUE(child_call_wait(&ops[i], 20)) TH_LOG("%s never returned", names[i]);
 		if (kinds[i] == OP_MMAP) {
 			EXPECT_EQ(-ENODEV, ops[i].result) TH_LOG("%s", names[i]);
 		} else if (kinds[i] == OP_ATTACHMENT) {
@@ -185,10 +146,9 @@ out:
  */
 TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 {
-	struct op closer;
+	struct child_call closer;
 	int x, go[2], st = 0, done;
 	uint8_t *m;
-	pid_t u;
 
 	x = p2pbuf_alloc_fd(self->p2p, 1UL << 20);
 	ASSERT_GE(x, 0);
@@ -200,32 +160,29 @@ TEST_F_TIMEOUT(races, h1_fence_last_close_during_unbind, 120)
 	races_child_close_fd = self->timeline;
 	ASSERT_EQ(0, pipe2(go, O_CLOEXEC));
 	/* The closer holds the last reference once we close ours. */
-	op_start(self, &closer, "close", OP_CLOSE, x, go[0]);
+	op_start(self, &closer, OP_CLOSE, x, go[0]);
 	ASSERT_LT(0, closer.pid);
 	close(go[0]);
 	close(x);
-	u = sysfs_write_child(UNBIND, self->pci, -1, -1, 0, 0, 0);
-	ASSERT_LT(0, u);
-	self->unbinder = u;
-	done = wait_for(u, 1.0, &st);
+	done = unbind_waited(_metadata, UNBIND, self->pci, &self->unbinder, 1.0, &st);
 	if (done == 1)
 		ksft_print_msg("the unbind returned without waiting for the buffer's fence\n");
 	ASSERT_EQ(1, write(go[1], "c", 1));
 	close(go[1]);
-	if (op_wait(&closer, 0.5))
+	if (child_call_wait(&closer, 0.5))
 		ksft_print_msg("the last close returned while the unbind's revoke waited\n");
 	else
 		ksft_print_msg("the last close waits for the unbind's revoke (in the dma-buf's "
 			       "release, after its inode was freed)\n");
 	fence_signal(self->timeline);
 	if (done != 1)
-		done = wait_for(u, UNBIND_LIMIT_S, &st);
+		done = wait_for(self->unbinder, UNBIND_LIMIT_S, &st);
 	EXPECT_EQ(1, done) TH_LOG("the unbind did not return after the fence was signalled");
 	if (done == 1) {
 		self->unbinder = 0;
 		EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) TH_LOG("unbind status %#x", st);
 	}
-	EXPECT_TRUE(op_wait(&closer, 20));
+	EXPECT_TRUE(child_call_wait(&closer, 20));
 	EXPECT_EQ(0, closer.result);
 	races_child_close_fd = -1;
 	close(self->timeline);

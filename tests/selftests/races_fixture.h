@@ -119,6 +119,38 @@ RACES_HELPER int sem_wait_intr(sem_t *s)
 	return r;
 }
 
+/*
+ * Two racing threads, each woken for a round by its own semaphore (go), let go together by
+ * *start, and reporting on one done semaphore; *quit ends them.
+ */
+
+/* A racing thread's wait for its next round: 0 once the test has set *quit. */
+RACES_HELPER int race_next(sem_t *go, volatile int *quit)
+{
+	return !sem_wait_intr(go) && !*quit;
+}
+
+/* One round (*start 0 until both threads are woken): both let go, both done. */
+RACES_HELPER void race_round(sem_t *go_a, sem_t *go_b, volatile int *start, sem_t *done)
+{
+	sem_post(go_a);
+	sem_post(go_b);
+	*start = 1;
+	sem_wait_intr(done);
+	sem_wait_intr(done);
+}
+
+/* The end: *quit set, each thread woken and joined. */
+RACES_HELPER void race_stop(volatile int *quit, sem_t *go_a, pthread_t a, sem_t *go_b,
+			    pthread_t b)
+{
+	*quit = 1;
+	sem_post(go_a);
+	sem_post(go_b);
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+}
+
 RACES_HELPER int send_fd(int sock, int fd)
 {
 	char c = 'f', cbuf[CMSG_SPACE(sizeof(int))];

@@ -65,19 +65,41 @@ struct fr_shared {
 	long first_late;
 };
 
+/*
+ * A thread's wait for its next round (race_next), moved first to the test's mode where that
+ * changed since its last round (*mode, -1 at first): setup(s, mode).
+ */
+static int fr_next(struct fr_shared *s, sem_t *go, int *mode,
+		   void (*setup)(struct fr_shared *s, int mode))
+{
+	if (!race_next(go, &s->quit))
+		return 0;
+	if (s->mode != *mode) {
+		*mode = s->mode;
+		setup(s, *mode);
+	}
+	return 1;
+}
+
+/* The toucher runs on CPU A, not real-time, in either mode. */
+static void fr_toucher_mode(struct fr_shared *s, int mode)
+{
+	(void)mode;
+	set_fifo(0);
+	pin_cpu(s->cpu_a);
+}
+
+static void fr_revoker_mode(struct fr_shared *s, int mode)
+{
+	revoker_mode(mode, s->cpu_a, s->cpu_b);
+}
+
 static void *fr_toucher(void *p)
 {
 	struct fr_shared *s = p;
 	int mode = -1;
 
-	for (;;) {
-		if (sem_wait_intr(&s->go_t) || s->quit)
-			break;
-		if (s->mode != mode) {
-			mode = s->mode;
-			set_fifo(0);
-			pin_cpu(s->cpu_a);
-		}
+	while (fr_next(s, &s->go_t, &mode, fr_toucher_mode)) {
 		while (!s->start)
 			;
 		for (size_t off = 0; off < s->len; off += PAGE) {
@@ -101,13 +123,7 @@ static void *fr_revoker(void *p)
 	struct fr_shared *s = p;
 	int mode = -1;
 
-	for (;;) {
-		if (sem_wait_intr(&s->go_r) || s->quit)
-			break;
-		if (s->mode != mode) {
-			mode = s->mode;
-			revoker_mode(mode, s->cpu_a, s->cpu_b);
-		}
+	while (fr_next(s, &s->go_r, &mode, fr_revoker_mode)) {
 		revoker_start(mode, s->delay_ns, &s->start, s->spins);
 		s->ret = p2p_revoke(s->p2p, s->fd);
 		if (!s->ret)
@@ -184,11 +200,7 @@ TEST_F_TIMEOUT(races, h2_fault_vs_revoke_threads, 150)
 			s.start = 0;
 			s.delay_ns = 1 + (long)(rnd() % (uint64_t)(span * 1e9 + 1));
 			s.spins = rnd() % (unsigned long)(span * rate + 1);
-			sem_post(&s.go_t);
-			sem_post(&s.go_r);
-			s.start = 1;
-			sem_wait_intr(&s.done);
-			sem_wait_intr(&s.done);
+			race_round(&s.go_t, &s.go_r, &s.start, &s.done);
 			if (s.ret)
 				bad_ret++;
 			for (size_t off = 0; off < s.len; off += PAGE)
@@ -203,11 +215,7 @@ TEST_F_TIMEOUT(races, h2_fault_vs_revoke_threads, 150)
 			iters[mode]++;
 		}
 	}
-	s.quit = 1;
-	sem_post(&s.go_t);
-	sem_post(&s.go_r);
-	pthread_join(tt, NULL);
-	pthread_join(tr, NULL);
+	race_stop(&s.quit, &s.go_t, tt, &s.go_r, tr);
 	ksft_print_msg("faults vs REVOKE: %lu RT same-CPU + %lu free-running iterations of a %zu KiB "
 		       "mapping: reads that succeeded after REVOKE returned: %lu (first at page %ld), "
 		       "pages readable afterwards: %lu, REVOKE errors %lu\n", iters[0], iters[1],

@@ -240,17 +240,14 @@ TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 300)
 
 	/* 1: root unbinds while the unprivileged process still holds its mappings. */
 	tu = now();
-	u = sysfs_write_child(UNBIND, self->pci, -1, -1, 0, 0, 0);
-	ASSERT_LT(0, u);
-	self->unbinder = u;
-	done = wait_for(u, UNBIND_LIMIT_S, &st);
+	done = unbind_waited(_metadata, UNBIND, self->pci, &self->unbinder, UNBIND_LIMIT_S, &st);
 	if (done != 1) {
 		ksft_print_msg("phase 1: unbind hangs on page references: not returned %.0f s after "
 			       "it started, while uid 65534 holds %lu stale mapping(s); killing that "
 			       "process\n", UNBIND_LIMIT_S, rep.rt.stale + rep.fr.stale);
 		kill(child, SIGKILL);
 		EXPECT_EQ(1, wait_for(child, 20, &cst));
-		ASSERT_EQ(1, wait_for(u, UNBIND_LIMIT_S, &st))
+		ASSERT_EQ(1, wait_for(self->unbinder, UNBIND_LIMIT_S, &st))
 			TH_LOG("the unbind did not return even after the process was killed");
 	} else {
 		ksft_print_msg("phase 1: unbind returned in %.2f s (it zaps again every mapping "

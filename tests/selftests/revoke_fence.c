@@ -13,69 +13,32 @@
  *   signalled and the REVOKE must return 0. Every wait is bounded: the test signals the fence
  *   whatever happened, which frees anything stuck behind it.
  */
-#include <poll.h>
-
 #include "kselftest_harness.h"
 #include "races.h"
 
 #define DETACH_BOUND_S 3.0
 
-/* A call run in a child process: its result (0 or -errno) comes back through a pipe. */
-struct call {
-	pid_t pid;
-	int rfd;
-	int result;
-	int done;
-	double start, secs;
-};
-
 enum { CALL_REVOKE, CALL_RELEASE };
 
-static void call_start(struct call *c, int kind, int p2p, int fd, int dma, __u32 handle,
-		       int close_fd)
+struct call_arg {
+	int kind, p2p, fd, dma;
+	__u32 handle;
+};
+
+static int call_run(void *arg)
 {
-	int p[2];
+	struct call_arg *a = arg;
 
-	memset(c, 0, sizeof(*c));
-	c->rfd = -1;
-	if (pipe2(p, O_CLOEXEC))
-		return;
-	c->start = now();
-	c->pid = fork();
-	if (c->pid == 0) {
-		int r;
-
-		/* The timeline: a child holding it would keep its fence from being signalled. */
-		close(close_fd);
-		close(p[0]);
-		r = kind == CALL_REVOKE ? p2p_revoke(p2p, fd) : dma_release(dma, handle);
-		_exit(write(p[1], &r, sizeof(r)) == sizeof(r) ? 0 : 1);
-	}
-	close(p[1]);
-	if (c->pid < 0) {
-		close(p[0]);
-		return;
-	}
-	c->rfd = p[0];
+	return a->kind == CALL_REVOKE ? p2p_revoke(a->p2p, a->fd) : dma_release(a->dma, a->handle);
 }
 
-/* Whether the call has returned, waiting up to secs. */
-static int call_wait(struct call *c, double secs)
+/* REVOKE of fd or RELEASE of handle in a child, which closes close_fd (the timeline). */
+static void call_start(struct child_call *c, int kind, int p2p, int fd, int dma, __u32 handle,
+		       int close_fd)
 {
-	struct pollfd pfd = { .fd = c->rfd, .events = POLLIN };
-	int st;
+	struct call_arg a = { .kind = kind, .p2p = p2p, .fd = fd, .dma = dma, .handle = handle };
 
-	if (c->done || c->rfd < 0)
-		return c->done;
-	if (poll(&pfd, 1, (int)(secs * 1000)) == 1 &&
-	    read(c->rfd, &c->result, sizeof(c->result)) == sizeof(c->result)) {
-		c->done = 1;
-		c->secs = now() - c->start;
-		close(c->rfd);
-		c->rfd = -1;
-		waitpid(c->pid, &st, 0);
-	}
-	return c->done;
+	child_call_start(c, call_run, &a, close_fd, -1);
 }
 
 FIXTURE(fence)
@@ -93,7 +56,7 @@ FIXTURE_TEARDOWN(fence)
 
 TEST_F_TIMEOUT(fence, importer_detach_while_revoke_waits, 120)
 {
-	struct call rev, rel = { .rfd = -1 };
+	struct child_call rev, rel = { .rfd = -1 };
 	int p2p, dma, x, tl, h, released = -1;
 
 	p2p = open(P2P_DEV, O_RDWR | O_CLOEXEC);
@@ -120,13 +83,13 @@ TEST_F_TIMEOUT(fence, importer_detach_while_revoke_waits, 120)
 
 	call_start(&rev, CALL_REVOKE, p2p, x, dma, 0, tl);
 	ASSERT_LT(0, rev.pid);
-	if (call_wait(&rev, 1.0)) {
+	if (child_call_wait(&rev, 1.0)) {
 		TH_LOG("REVOKE returned (%s) without waiting for the buffer's fence",
 		       strerror(-rev.result));
 	} else {
 		call_start(&rel, CALL_RELEASE, p2p, x, dma, (__u32)h, tl);
 		ASSERT_LT(0, rel.pid);
-		released = call_wait(&rel, DETACH_BOUND_S);
+		released = child_call_wait(&rel, DETACH_BOUND_S);
 		TH_LOG("the engine's RELEASE while REVOKE waits for a fence: %s",
 		       released ? "returned" : "still waiting");
 		EXPECT_TRUE(released)
@@ -134,10 +97,10 @@ TEST_F_TIMEOUT(fence, importer_detach_while_revoke_waits, 120)
 			       DETACH_BOUND_S);
 	}
 	fence_signal(tl);
-	EXPECT_TRUE(call_wait(&rev, 20)) TH_LOG("REVOKE did not return once the fence was signalled");
+	EXPECT_TRUE(child_call_wait(&rev, 20)) TH_LOG("REVOKE did not return once the fence was signalled");
 	EXPECT_EQ(0, rev.result);
 	if (released >= 0) {
-		EXPECT_TRUE(call_wait(&rel, 20)) TH_LOG("RELEASE never returned");
+		EXPECT_TRUE(child_call_wait(&rel, 20)) TH_LOG("RELEASE never returned");
 		EXPECT_EQ(0, rel.result) TH_LOG("RELEASE: %s", strerror(-rel.result));
 		TH_LOG("RELEASE returned after %.2f s, REVOKE after %.2f s", rel.secs, rev.secs);
 	}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * What the peermem check programs (cuda-peermem-check: cuda_peermem_check*.c; verbs_rdma_write.c)
- * share: the monotonic clock in microseconds and the count of this process's open fds.
+ * share: the monotonic clock in microseconds and the count of this process's open fds. The
+ * fault-injection selftest (tests/selftests/fail_nth.h) counts its fds with it too.
  */
 #ifndef P2PBUF_PEERMEM_CHECK_UTIL_H
 #define P2PBUF_PEERMEM_CHECK_UTIL_H

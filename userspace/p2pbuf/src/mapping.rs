@@ -162,28 +162,36 @@ pub struct ReadGuard<'m> {
     map: &'m CpuMapping<'m>,
 }
 
-impl ReadGuard<'_> {
-    /// End the access now and report an error from the END sync (dropping
-    /// the guard ignores it).
-    pub fn finish(self) -> Result<()> {
-        let r = sync(self.map.buf, sys::DMA_BUF_SYNC_END | sys::DMA_BUF_SYNC_READ);
-        std::mem::forget(self);
-        r
-    }
+/// What both guards do: `finish`, the mapped bytes through `Deref`, and the END sync with
+/// `$end` (the flags the access began with) on drop.
+macro_rules! sync_guard {
+    ($guard:ty, $end:expr) => {
+        impl $guard {
+            /// End the access now and report an error from the END sync (dropping
+            /// the guard ignores it).
+            pub fn finish(self) -> Result<()> {
+                let r = sync(self.map.buf, $end);
+                std::mem::forget(self);
+                r
+            }
+        }
+
+        impl Deref for $guard {
+            type Target = [u8];
+            fn deref(&self) -> &[u8] {
+                self.map.map.as_slice()
+            }
+        }
+
+        impl Drop for $guard {
+            fn drop(&mut self) {
+                let _ = sync(self.map.buf, $end);
+            }
+        }
+    };
 }
 
-impl Deref for ReadGuard<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.map.map.as_slice()
-    }
-}
-
-impl Drop for ReadGuard<'_> {
-    fn drop(&mut self) {
-        let _ = sync(self.map.buf, sys::DMA_BUF_SYNC_END | sys::DMA_BUF_SYNC_READ);
-    }
-}
+sync_guard!(ReadGuard<'_>, sys::DMA_BUF_SYNC_END | sys::DMA_BUF_SYNC_READ);
 
 /// Read-write access to a mapping; ends with
 /// `DMA_BUF_IOCTL_SYNC(END | READ | WRITE)`.
@@ -194,21 +202,7 @@ pub struct WriteGuard<'m, 'a> {
 
 const RW_END: u64 = sys::DMA_BUF_SYNC_END | sys::DMA_BUF_SYNC_READ | sys::DMA_BUF_SYNC_WRITE;
 
-impl WriteGuard<'_, '_> {
-    /// End the access now and report an error from the END sync.
-    pub fn finish(self) -> Result<()> {
-        let r = sync(self.map.buf, RW_END);
-        std::mem::forget(self);
-        r
-    }
-}
-
-impl Deref for WriteGuard<'_, '_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.map.map.as_slice()
-    }
-}
+sync_guard!(WriteGuard<'_, '_>, RW_END);
 
 impl DerefMut for WriteGuard<'_, '_> {
     fn deref_mut(&mut self) -> &mut [u8] {
@@ -216,8 +210,3 @@ impl DerefMut for WriteGuard<'_, '_> {
     }
 }
 
-impl Drop for WriteGuard<'_, '_> {
-    fn drop(&mut self) {
-        let _ = sync(self.map.buf, RW_END);
-    }
-}
