@@ -237,7 +237,13 @@ fn overlay_ucx(ctx: &Ctx, root: &Path, out: &Path, seen: &mut BTreeSet<PathBuf>)
         }
     }
     let info = crate::ucx::staging(ctx).join("usr/bin/ucx_info");
-    copy_with_staged_libs(root, &info, Some(Path::new("usr/bin/ucx_info")), &staged, seen)?;
+    copy_with_staged_libs(
+        root,
+        &info,
+        Some(Path::new("usr/bin/ucx_info")),
+        &staged,
+        seen,
+    )?;
     let prog = out.join(crate::ucx::PROGRAM);
     run_step(
         ctx,

@@ -42,7 +42,9 @@ fn deb_name(pkg: &str) -> String {
 
 /// Stages UCX (quiet when it is there: one line).
 pub fn ucx(ctx: &Ctx) -> Result<()> {
-    heading(&format!("UCX {DEBIAN_VERSION} (Debian bookworm's binary packages)"));
+    heading(&format!(
+        "UCX {DEBIAN_VERSION} (Debian bookworm's binary packages)"
+    ));
     let dl = ctx.cache.join("dl");
     fs::create_dir_all(&dl)?;
     let missing: Vec<String> = PACKAGES
@@ -61,7 +63,9 @@ pub fn ucx(ctx: &Ctx) -> Result<()> {
                 .args(&missing)
                 .current_dir(&dl),
         )
-        .context("could not download Debian bookworm's UCX packages (is this host's apt on bookworm?)")?;
+        .context(
+            "could not download Debian bookworm's UCX packages (is this host's apt on bookworm?)",
+        )?;
     }
     let mut h = Sha256::new();
     h.update(DEBIAN_VERSION.as_bytes());
@@ -107,7 +111,10 @@ pub fn program_cc(ctx: &Ctx, out: &Path) -> Command {
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
         .arg(format!("-I{}", staging(ctx).join("usr/include").display()))
-        .arg(format!("-I{}", ctx.root.join("exporter-kmod/include").display()))
+        .arg(format!(
+            "-I{}",
+            ctx.root.join("exporter-kmod/include").display()
+        ))
         .arg(format!("-I{}", ctx.root.join("tests/selftests").display()))
         .arg("-o")
         .arg(out)
@@ -186,7 +193,9 @@ pub fn host_check(ctx: &Ctx) -> Result<()> {
         "ucx",
         &mut program_cc(ctx, &prog),
     )?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let run = |args: &[&str]| -> Result<std::process::Child> {
         Command::new(&prog)
             .args(args)
@@ -202,7 +211,14 @@ pub fn host_check(ctx: &Ctx) -> Result<()> {
     };
     let port_s = port.to_string();
     let server = run(&[
-        "serve", "--port", &port_s, "--size", "8M", "--host-mem", "--timeout", "30",
+        "serve",
+        "--port",
+        &port_s,
+        "--size",
+        "8M",
+        "--host-mem",
+        "--timeout",
+        "30",
     ])?;
     let client = run(&[
         "client",
