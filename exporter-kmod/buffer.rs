@@ -329,7 +329,7 @@ impl Exporter for Buffer {
             if e == EOPNOTSUPP {
                 this.refuse(
                     dev,
-                    uapi::REFUSAL_NO_P2P_PATH,
+                    uapi::P2PBUF_REFUSAL_NO_P2P_PATH,
                     c"no peer-to-peer path (see the kernel log for the blocking bridge)",
                 );
             }

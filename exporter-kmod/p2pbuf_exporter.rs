@@ -31,7 +31,6 @@ mod debugfs;
 mod provider;
 mod ratelimit;
 mod uapi;
-mod uapi_arg;
 
 use buffer::CpuMapping;
 use provider::Provider;
@@ -219,12 +218,12 @@ impl MiscDevice for P2pbufFile {
 
     fn ioctl(_this: &Self, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         match cmd {
-            uapi::IOCTL_INFO => info(arg),
-            uapi::IOCTL_PROVIDER_INFO => provider_info(arg),
-            uapi::IOCTL_ALLOC => alloc(arg),
-            uapi::IOCTL_REVOKE => revoke(arg),
-            uapi::IOCTL_REFUSAL => refusal(arg),
-            uapi::IOCTL_ATTACHMENT => attachment(arg),
+            uapi::P2PBUF_IOCTL_INFO => info(arg),
+            uapi::P2PBUF_IOCTL_PROVIDER_INFO => provider_info(arg),
+            uapi::P2PBUF_IOCTL_ALLOC => alloc(arg),
+            uapi::P2PBUF_IOCTL_REVOKE => revoke(arg),
+            uapi::P2PBUF_IOCTL_REFUSAL => refusal(arg),
+            uapi::P2PBUF_IOCTL_ATTACHMENT => attachment(arg),
             _ => Err(ENOTTY),
         }
         .map(|()| 0)
@@ -232,27 +231,27 @@ impl MiscDevice for P2pbufFile {
 }
 
 fn info(arg: usize) -> Result {
-    let (mut a, size) = uapi::read_arg::<uapi::Info>(arg)?;
+    let (mut a, size) = uapi::read_arg::<uapi::p2pbuf_info>(arg)?;
     if a.flags != 0 {
         return Err(EINVAL);
     }
-    a.api_version = uapi::API_VERSION;
+    a.api_version = uapi::P2PBUF_API_VERSION;
     a.nr_providers = u32::try_from(PROVIDERS.lock().len())?;
     uapi::write_arg(arg, size, &a)
 }
 
 fn provider_info(arg: usize) -> Result {
-    let (a, size) = uapi::read_arg::<uapi::ProviderInfo>(arg)?;
-    if a.flags & !uapi::PROVIDER_INFO_NEXT != 0 || a.reserved != 0 {
+    let (a, size) = uapi::read_arg::<uapi::p2pbuf_provider_info>(arg)?;
+    if a.flags & !uapi::P2PBUF_PROVIDER_INFO_NEXT != 0 || a.reserved != 0 {
         return Err(EINVAL);
     }
     // Only the id and the flags are input: the rest is answered afresh.
-    let mut out = uapi::ProviderInfo {
+    let mut out = uapi::p2pbuf_provider_info {
         id: a.id,
         flags: a.flags,
         ..Default::default()
     };
-    if a.flags & uapi::PROVIDER_INFO_NEXT != 0 {
+    if a.flags & uapi::P2PBUF_PROVIDER_INFO_NEXT != 0 {
         let (id, p) = PROVIDERS.lock().next_from(a.id).ok_or(ENOENT)?;
         out.id = id;
         p.info(&mut out);
@@ -261,7 +260,7 @@ fn provider_info(arg: usize) -> Result {
         match found {
             Lookup::Bound(p) => p.info(&mut out),
             // Unbound: the id stays answerable, so that a stale id is told apart from a wrong one.
-            Lookup::Gone => out.state = uapi::PROVIDER_GONE,
+            Lookup::Gone => out.state = uapi::P2PBUF_PROVIDER_GONE,
         }
     }
     out.size = a.size;
@@ -269,12 +268,12 @@ fn provider_info(arg: usize) -> Result {
 }
 
 fn alloc(arg: usize) -> Result {
-    let (mut a, size) = uapi::read_arg::<uapi::Alloc>(arg)?;
-    if a.flags & !(uapi::ALLOC_UNINITIALIZED | uapi::ALLOC_PFNMAP) != 0 {
+    let (mut a, size) = uapi::read_arg::<uapi::p2pbuf_alloc>(arg)?;
+    if a.flags & !(uapi::P2PBUF_ALLOC_UNINITIALIZED | uapi::P2PBUF_ALLOC_PFNMAP) != 0 {
         return Err(EINVAL);
     }
-    let zero = a.flags & uapi::ALLOC_UNINITIALIZED == 0;
-    let mapping = if a.flags & uapi::ALLOC_PFNMAP != 0 {
+    let zero = a.flags & uapi::P2PBUF_ALLOC_UNINITIALIZED == 0;
+    let mapping = if a.flags & uapi::P2PBUF_ALLOC_PFNMAP != 0 {
         CpuMapping::Pfn
     } else {
         CpuMapping::Pages
@@ -298,7 +297,7 @@ fn alloc(arg: usize) -> Result {
 }
 
 fn revoke(arg: usize) -> Result {
-    let (a, _) = uapi::read_arg::<uapi::Revoke>(arg)?;
+    let (a, _) = uapi::read_arg::<uapi::p2pbuf_revoke>(arg)?;
     if a.flags != 0 {
         return Err(EINVAL);
     }
@@ -317,12 +316,12 @@ fn revoke(arg: usize) -> Result {
 }
 
 fn refusal(arg: usize) -> Result {
-    let (a, size) = uapi::read_arg::<uapi::Refusal>(arg)?;
+    let (a, size) = uapi::read_arg::<uapi::p2pbuf_refusal>(arg)?;
     if a.flags != 0 || a.reserved != 0 {
         return Err(EINVAL);
     }
     let (buf, provider) = buffer(a.fd)?;
-    let mut out = uapi::Refusal {
+    let mut out = uapi::p2pbuf_refusal {
         size: a.size,
         fd: a.fd,
         provider,
@@ -342,12 +341,12 @@ fn refusal(arg: usize) -> Result {
 
 /// `P2PBUF_IOCTL_ATTACHMENT`: the exporter's decision for one importing device of a buffer.
 fn attachment(arg: usize) -> Result {
-    let (a, size) = uapi::read_arg::<uapi::AttachmentInfo>(arg)?;
+    let (a, size) = uapi::read_arg::<uapi::p2pbuf_attachment>(arg)?;
     if a.flags != 0 || a.reserved != 0 {
         return Err(EINVAL);
     }
     let (buf, _) = buffer(a.fd)?;
-    let mut out = uapi::AttachmentInfo {
+    let mut out = uapi::p2pbuf_attachment {
         size: a.size,
         fd: a.fd,
         index: a.index,

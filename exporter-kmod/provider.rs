@@ -123,7 +123,7 @@ impl Provider {
     }
 
     /// Fills the uAPI description of this provider (all but its id, which the registry has).
-    pub(crate) fn info(&self, out: &mut uapi::ProviderInfo) {
+    pub(crate) fn info(&self, out: &mut uapi::p2pbuf_provider_info) {
         let mut state = self.state.lock();
         Self::prune(&mut state);
         out.bar = self.bar;
@@ -135,12 +135,12 @@ impl Provider {
             self.bar_size - Self::used(&state)
         };
         out.state = if state.gone {
-            uapi::PROVIDER_GONE
+            uapi::P2PBUF_PROVIDER_GONE
         } else {
-            uapi::PROVIDER_PUBLISHED
+            uapi::P2PBUF_PROVIDER_PUBLISHED
         };
         let name = self.name().to_bytes();
-        let n = name.len().min(uapi::PCI_NAME_LEN - 1);
+        let n = name.len().min(out.pci_name.len() - 1);
         out.pci_name[..n].copy_from_slice(&name[..n]);
     }
 

@@ -40,6 +40,7 @@
 #include <linux/udmabuf.h>
 
 #include "uapi/linux/p2pbuf.h"
+#include "uapi/linux/p2pbuf-dma.h"
 #include "../selftests/p2pbuf_test.h"
 
 static double now_us(void)

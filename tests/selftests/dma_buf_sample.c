@@ -3,12 +3,12 @@
  * The in-tree user of the Rust dma-buf exporter: samples/rust/rust_dma_buf_exporter.rs (series
  * 4, last patch), bound to the lab's ivshmem device in place of p2pbuf_exporter. Its one ioctl
  * and every errno it documents, its refusal of a second device, data through the edu DMA engine
- * (p2pbuf_importer) into and out of its device memory, exhaustion and release, and the revoke on
+ * (p2pbuf_dma) into and out of its device memory, exhaustion and release, and the revoke on
  * unbind, with importers attached, with exports racing the unbind and with opens of its misc
  * device racing it. The device goes back to p2pbuf_exporter after every test.
  *
- * Its name makes it run before engine_large on the engine boot: exporting the whole BAR zeroes
- * it, which would wipe the pattern that engine_large leaves there for the host's check of the
+ * Its name makes it run before p2pbuf_dma_large on the engine boot: exporting the whole BAR zeroes
+ * it, which would wipe the pattern that p2pbuf_dma_large leaves there for the host's check of the
  * ivshmem backing file (xtask/src/judge/hostcheck.rs).
  */
 #include <errno.h>
@@ -30,7 +30,7 @@
 #define SAMPLE_DEV "/dev/rust-dma-buf-exporter"
 #define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
 #define DMA_DEV "/dev/p2pbuf-dma"
-#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
+#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_dma"
 #define PAGE 4096UL
 
 /* The sample's uAPI, as its module documentation gives it. */
@@ -48,14 +48,14 @@ static int loaded_sample, loaded_importer, loaded_exporter;
 __attribute__((constructor)) static void load_modules(void)
 {
 	loaded_exporter = p2pbuf_load_module("p2pbuf_exporter");
-	loaded_importer = p2pbuf_load_module("p2pbuf_importer");
+	loaded_importer = p2pbuf_load_module("p2pbuf_dma");
 	loaded_sample = p2pbuf_load_module(SAMPLE);
 }
 
 __attribute__((destructor)) static void unload_modules(void)
 {
 	p2pbuf_unload_module(SAMPLE, loaded_sample);
-	p2pbuf_unload_module("p2pbuf_importer", loaded_importer);
+	p2pbuf_unload_module("p2pbuf_dma", loaded_importer);
 	p2pbuf_unload_module("p2pbuf_exporter", loaded_exporter);
 }
 
@@ -73,7 +73,7 @@ FIXTURE(sample)
 	unsigned long long bar;	/* its BAR 2's size */
 	int dev;		/* /dev/rust-dma-buf-exporter */
 	char lent[64];		/* a device lent to the sample by a test, "" if none */
-	int lent_bound;		/* it was bound to p2pbuf_importer before */
+	int lent_bound;		/* it was bound to p2pbuf_dma before */
 };
 
 /* The driver_override file of PCI device `pci`. */
@@ -112,7 +112,7 @@ static void return_device(struct __test_metadata *_metadata, const char *pci, co
 }
 
 /*
- * Gives a device lent to the sample back: no override, and to p2pbuf_importer if it was bound
+ * Gives a device lent to the sample back: no override, and to p2pbuf_dma if it was bound
  * there. Also from the teardown: a test stopped half-way does not leave the engine without its
  * driver for the tests after it.
  */
@@ -187,7 +187,7 @@ TEST_F(sample, bad_arguments)
 /*
  * The sample drives one device (its misc device's name is fixed): a second device bound to it is
  * refused with EBUSY, and the first goes on working. The lab has one ivshmem, so the second
- * device is the edu engine, moved from p2pbuf_importer with driver_override for the test (the
+ * device is the edu engine, moved from p2pbuf_dma with driver_override for the test (the
  * claim is the first thing the sample's probe does: the device is never touched).
  */
 TEST_F(sample, second_device_busy)
@@ -198,14 +198,14 @@ TEST_F(sample, second_device_busy)
 	if (p2pbuf_pci_find("0x1234", "0x11e8", edu, sizeof(edu)))
 		SKIP(return, "no edu device in this VM");
 	snprintf(path, sizeof(path), IMPORTER_DRV "/%s", edu);
-	/* Another driver than p2pbuf_importer: not ours to take away. */
+	/* Another driver than p2pbuf_dma: not ours to take away. */
 	if (has_driver(edu) && access(path, F_OK))
-		SKIP(return, "%s is bound to a driver other than p2pbuf_importer", edu);
+		SKIP(return, "%s is bound to a driver other than p2pbuf_dma", edu);
 	snprintf(self->lent, sizeof(self->lent), "%s", edu);
 	self->lent_bound = has_driver(edu);
 	if (self->lent_bound) {
 		r = sysfs_write(IMPORTER_DRV "/unbind", edu);
-		ASSERT_EQ(0, r) TH_LOG("unbind %s from p2pbuf_importer: %s", edu, strerror(-r));
+		ASSERT_EQ(0, r) TH_LOG("unbind %s from p2pbuf_dma: %s", edu, strerror(-r));
 	}
 	/* The core's own EBUSY (a device that has a driver) must not pass for the sample's. */
 	ASSERT_FALSE(has_driver(edu));
@@ -250,33 +250,33 @@ TEST_F(sample, data_through_the_engine)
 	ASSERT_LE(0, engine) TH_LOG(DMA_DEV ": %s", strerror(errno));
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&a, PAGE));
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&b, PAGE));
-	ha = p2pbuf_engine_import(engine, a.fd);
+	ha = dma_import(engine, a.fd);
 	ASSERT_LT(0, ha);
-	hb = p2pbuf_engine_import(engine, b.fd);
+	hb = dma_import(engine, b.fd);
 	ASSERT_LT(0, hb);
 	fd = sample_export(self->dev, self->bar, 0);
 	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
-	hd = p2pbuf_engine_import(engine, fd);
+	hd = dma_import(engine, fd);
 	ASSERT_LT(0, hd) TH_LOG("engine import of the sample's buffer: %s", strerror(-hd));
 
 	for (i = 0; i < PAGE; i++)
 		a.map[i] = (uint8_t)(i * 7 + 3) | 1;
 	memset(b.map, 0, PAGE);
-	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, ha, hd, PAGE));
-	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, hd, hb, PAGE));
+	ASSERT_EQ((long)PAGE, dma_copy(engine, ha, hd, PAGE));
+	ASSERT_EQ((long)PAGE, dma_copy(engine, hd, hb, PAGE));
 	for (i = 0; i < PAGE; i++)
 		bad += b.map[i] != a.map[i];
 	EXPECT_EQ(0UL, bad);
 
 	/* Closed (the engine's handle too), the memory goes back; exported again, it is zeroed. */
-	ASSERT_EQ(0, p2pbuf_engine_release(engine, hd));
+	ASSERT_EQ(0, dma_release(engine, hd));
 	close(fd);
 	fd = sample_export(self->dev, self->bar, 0);
 	ASSERT_LE(0, fd) TH_LOG("export again: %s", strerror(-fd));
-	hd = p2pbuf_engine_import(engine, fd);
+	hd = dma_import(engine, fd);
 	ASSERT_LT(0, hd);
 	memset(b.map, 0xa5, PAGE);
-	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, hd, hb, PAGE));
+	ASSERT_EQ((long)PAGE, dma_copy(engine, hd, hb, PAGE));
 	for (i = 0; i < PAGE; i++)
 		nonzero += b.map[i] != 0;
 	EXPECT_EQ(0UL, nonzero) TH_LOG("a new buffer holds stale data");
@@ -302,19 +302,19 @@ TEST_F(sample, unbind_revokes)
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&s, PAGE));
 	fd = sample_export(self->dev, PAGE, 0);
 	ASSERT_LE(0, fd);
-	hd = p2pbuf_engine_import(engine, fd);
+	hd = dma_import(engine, fd);
 	ASSERT_LT(0, hd);
-	hs = p2pbuf_engine_import(engine, s.fd);
+	hs = dma_import(engine, s.fd);
 	ASSERT_LT(0, hs);
-	ASSERT_EQ((long)PAGE, p2pbuf_engine_copy(engine, hs, hd, PAGE));
+	ASSERT_EQ((long)PAGE, dma_copy(engine, hs, hd, PAGE));
 
 	r = sysfs_write(SAMPLE_DRV "/unbind", self->pci);
 	ASSERT_EQ(0, r) TH_LOG("unbind: %s", strerror(-r));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy(engine, hs, hd, PAGE));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy(engine, hd, hs, PAGE));
+	EXPECT_EQ(-ENODEV, dma_copy(engine, hs, hd, PAGE));
+	EXPECT_EQ(-ENODEV, dma_copy(engine, hd, hs, PAGE));
 	/* Releasing the revoked handle works; importing the buffer again is refused. */
-	EXPECT_EQ(0, p2pbuf_engine_release(engine, hd));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_import(engine, fd));
+	EXPECT_EQ(0, dma_release(engine, hd));
+	EXPECT_EQ(-ENODEV, dma_import(engine, fd));
 	EXPECT_EQ(-ENODEV, sample_export(self->dev, PAGE, 0));
 	EXPECT_ERRNO(ENOENT, open(SAMPLE_DEV, O_RDWR | O_CLOEXEC));
 
@@ -393,7 +393,7 @@ TEST_F(sample, exports_racing_unbind)
 	EXPECT_TRUE(t.enodev) TH_LOG("the exports did not end with ENODEV after the unbind");
 	TH_LOG("%d buffers exported before the unbind", t.n);
 	for (i = 0; i < t.n && i < 256; i++) {
-		refused += p2pbuf_engine_import(engine, t.fds[i]) == -ENODEV;
+		refused += dma_import(engine, t.fds[i]) == -ENODEV;
 		close(t.fds[i]);
 	}
 	EXPECT_EQ(t.n < 256 ? t.n : 256, refused);

@@ -300,7 +300,7 @@ static int p2p_attachment(int dev, int fd, __u32 index, struct p2pbuf_attachment
 
 /*
  * P2PBUF_IOCTL_ATTACHMENT: a buffer nobody attached has none (-ENOENT, with the count
- * written); each documented errno. The positive case needs an importer: importer.c
+ * written); each documented errno. The positive case needs an importer: p2pbuf_dma.c
  * (devmem.import_reports_peer_to_peer) and topo_refusal.c.
  */
 TEST_F(p2pbuf, attachment)

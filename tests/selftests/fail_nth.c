@@ -141,13 +141,13 @@ FIXTURE_SETUP(fail_nth)
 
 		self->dma = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 		if (self->dma < 0)
-			SKIP(return, "no %s (p2pbuf_importer not loaded or no edu device)", DMA_DEV);
+			SKIP(return, "no %s (p2pbuf_dma not loaded or no edu device)", DMA_DEV);
 		/* The engine must reach device memory here (not on a topology that refuses it). */
 		ctx_init(&c, self->p2p, self->dma);
 		ASSERT_EQ(0, setup_buf(&c));
-		h = p2pbuf_engine_import(self->dma, c.fd);
+		h = dma_import(self->dma, c.fd);
 		if (h > 0)
-			p2pbuf_engine_release(self->dma, h);
+			dma_release(self->dma, h);
 		teardown(&c);
 		if (h == -EOPNOTSUPP)
 			SKIP(return, "no peer-to-peer path between the engine and device memory here");

@@ -204,7 +204,7 @@ static int setup_imported(struct ctx *c)
 
 	if (err)
 		return err;
-	h = p2pbuf_engine_import(c->dma, c->fd);
+	h = dma_import(c->dma, c->fd);
 	if (h < 0)
 		return h;
 	c->h = h;
@@ -228,7 +228,7 @@ static int setup_copy(struct ctx *c)
 	err = alloc_dev(c, &c->fd2, 0);
 	if (err)
 		return err;
-	h = p2pbuf_engine_import(c->dma, c->fd2);
+	h = dma_import(c->dma, c->fd2);
 	if (h < 0)
 		return h;
 	c->h2 = h;
@@ -250,7 +250,7 @@ static int setup_engine_file(struct ctx *c)
 	c->dma2 = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	if (c->dma2 < 0)
 		return -errno;
-	h = p2pbuf_engine_import(c->dma2, c->fd);
+	h = dma_import(c->dma2, c->fd);
 	return h < 0 ? h : 0;
 }
 
@@ -400,7 +400,7 @@ static int run_free(struct ctx *c)
 
 static int run_import(struct ctx *c, int fd)
 {
-	int h = p2pbuf_engine_import(c->dma, fd);
+	int h = dma_import(c->dma, fd);
 
 	if (h < 0) {
 		errno = -h;
@@ -422,7 +422,7 @@ static int run_import_udmabuf(struct ctx *c)
 
 static int run_copy(struct ctx *c)
 {
-	long n = p2pbuf_engine_copy(c->dma, c->h, c->h2, COPY_LEN);
+	long n = dma_copy(c->dma, c->h, c->h2, COPY_LEN);
 
 	if (n < 0) {
 		errno = (int)-n;
@@ -434,7 +434,7 @@ static int run_copy(struct ctx *c)
 
 static int run_release(struct ctx *c)
 {
-	int r = p2pbuf_engine_release(c->dma, c->h);
+	int r = dma_release(c->dma, c->h);
 
 	if (r) {
 		errno = -r;
@@ -514,7 +514,7 @@ static int verify_revoked_import(struct ctx *c)
 {
 	/* One byte from the first page to the second: a copy within one buffer must not overlap
 	 * (EINVAL before anything else), so offset 0 to 0 would not ask about the revoke. */
-	long n = p2pbuf_engine_copy_at(c->dma, c->h, 0, c->h, PAGE, 1);
+	long n = dma_copy_at(c->dma, c->h, 0, c->h, PAGE, 1);
 
 	return n == -ENODEV && !verify_revoked(c) ? 0 : -1;
 }
@@ -572,9 +572,9 @@ static void teardown(struct ctx *c)
 		munmap(c->map, 2 * PAGE);
 	if (c->dma >= 0) {
 		if (c->h)
-			p2pbuf_engine_release(c->dma, c->h);
+			dma_release(c->dma, c->h);
 		if (c->h2)
-			p2pbuf_engine_release(c->dma, c->h2);
+			dma_release(c->dma, c->h2);
 	}
 	p2pbuf_close(&c->fd);
 	p2pbuf_close(&c->fd2);

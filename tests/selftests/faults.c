@@ -114,7 +114,7 @@ TEST_F_TIMEOUT(faults, sigkill_mid_engine_copy, 120)
 	char c;
 
 	if (self->dma < 0)
-		SKIP(return, "no %s (p2pbuf_importer not loaded or no edu device)", DMA_DEV);
+		SKIP(return, "no %s (p2pbuf_dma not loaded or no edu device)", DMA_DEV);
 	s0 = p2pbuf_alloc_fd(self->p2p, PAGE);
 	ASSERT_GE(s0, 0);
 	h0 = engine_import(self->dma, s0);
@@ -543,7 +543,7 @@ TEST_F_TIMEOUT(faults, ioctl_fuzz_importer, 600)
 	unsigned long seed = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
 
 	if (self->dma < 0)
-		SKIP(return, "no %s (p2pbuf_importer not loaded or no edu device)", DMA_DEV);
+		SKIP(return, "no %s (p2pbuf_dma not loaded or no edu device)", DMA_DEV);
 	rng_state = seed | 1;
 	nknown = 0;
 	TH_LOG("seed %#lx", seed);

@@ -24,6 +24,7 @@
 #include <linux/udmabuf.h>
 #include "uapi/linux/p2pbuf.h"
 #include "p2pbuf_pattern.h"
+#include "uapi/linux/p2pbuf-dma.h"
 
 /*
  * The id of the bound provider with the smallest id, or 0 (no id) when none is bound.
@@ -299,7 +300,7 @@ static inline void p2pbuf_unload_module(const char *name, int loaded)
  * The DMA engine (/dev/p2pbuf-dma, fd dma): its handle on dma-buf fd, or -errno; the whole
  * answer (map type, ranges) in *out if out is not NULL.
  */
-static inline int p2pbuf_engine_import_out(int dma, int fd, struct p2pbuf_dma_import *out)
+static inline int dma_import_out(int dma, int fd, struct p2pbuf_dma_import *out)
 {
 	struct p2pbuf_dma_import a = { .size = sizeof(a), .fd = fd };
 
@@ -310,13 +311,13 @@ static inline int p2pbuf_engine_import_out(int dma, int fd, struct p2pbuf_dma_im
 	return (int)a.handle;
 }
 
-static inline int p2pbuf_engine_import(int dma, int fd)
+static inline int dma_import(int dma, int fd)
 {
-	return p2pbuf_engine_import_out(dma, fd, NULL);
+	return dma_import_out(dma, fd, NULL);
 }
 
 /* Releases the engine's handle: 0 or -errno. */
-static inline int p2pbuf_engine_release(int dma, __u32 handle)
+static inline int dma_release(int dma, __u32 handle)
 {
 	struct p2pbuf_dma_release r = { .size = sizeof(r), .handle = handle };
 
@@ -324,7 +325,7 @@ static inline int p2pbuf_engine_release(int dma, __u32 handle)
 }
 
 /* Engine copy as *a says (size set here; the kernel updates *a): bytes copied or -errno. */
-static inline long p2pbuf_engine_copy_args(int dma, struct p2pbuf_dma_copy *a)
+static inline long dma_copy_args(int dma, struct p2pbuf_dma_copy *a)
 {
 	int r;
 
@@ -334,7 +335,7 @@ static inline long p2pbuf_engine_copy_args(int dma, struct p2pbuf_dma_copy *a)
 }
 
 /* Engine copy of len bytes from handle src at soff to handle dst at doff. */
-static inline long p2pbuf_engine_copy_at(int dma, __u32 src, __u64 soff, __u32 dst, __u64 doff,
+static inline long dma_copy_at(int dma, __u32 src, __u64 soff, __u32 dst, __u64 doff,
 					 __u64 len)
 {
 	struct p2pbuf_dma_copy c = {
@@ -342,13 +343,13 @@ static inline long p2pbuf_engine_copy_at(int dma, __u32 src, __u64 soff, __u32 d
 		.dst_handle = dst, .dst_offset = doff, .len = len,
 	};
 
-	return p2pbuf_engine_copy_args(dma, &c);
+	return dma_copy_args(dma, &c);
 }
 
 /* Engine copy of len bytes from handle src to handle dst (offsets 0): bytes copied or -errno. */
-static inline long p2pbuf_engine_copy(int dma, __u32 src, __u32 dst, __u64 len)
+static inline long dma_copy(int dma, __u32 src, __u32 dst, __u64 len)
 {
-	return p2pbuf_engine_copy_at(dma, src, 0, dst, 0, len);
+	return dma_copy_at(dma, src, 0, dst, 0, len);
 }
 #endif
 

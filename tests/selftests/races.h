@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Helpers shared by the race tests (races_*.c: the exporter, engine_races.c: the DMA engine):
+ * Helpers shared by the race tests (races_*.c: the exporter, p2pbuf_dma_races.c: the DMA engine):
  * time budgets, sysfs bind/unbind with a time limit, the provider's pool as the kernel counts
  * it, CPU pinning and real-time priority (to place a preemption inside a kernel window), and
  * a SIGBUS probe that works in any thread.
@@ -37,7 +37,7 @@
 #define IVSHMEM_DEVICE "0x1110"
 #define DMA_DEV "/dev/p2pbuf-dma"
 #define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
-#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
+#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_dma"
 
 /* How long an unbind may take before the test calls it hung (the hung-task detector of the
  * lab kernel fires at 30 s; the tests release what an unbind waits for before that). */

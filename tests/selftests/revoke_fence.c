@@ -48,7 +48,7 @@ static void call_start(struct call *c, int kind, int p2p, int fd, int dma, __u32
 		/* The timeline: a child holding it would keep its fence from being signalled. */
 		close(close_fd);
 		close(p[0]);
-		r = kind == CALL_REVOKE ? p2p_revoke(p2p, fd) : p2pbuf_engine_release(dma, handle);
+		r = kind == CALL_REVOKE ? p2p_revoke(p2p, fd) : dma_release(dma, handle);
 		_exit(write(p[1], &r, sizeof(r)) == sizeof(r) ? 0 : 1);
 	}
 	close(p[1]);
@@ -113,7 +113,7 @@ TEST_F_TIMEOUT(fence, importer_detach_while_revoke_waits, 120)
 		ASSERT_EQ(0, p2pbuf_test_alloc(p2p, &a)) TH_LOG("ALLOC: %s", strerror(errno));
 		x = a.fd;
 	}
-	h = p2pbuf_engine_import(dma, x);
+	h = dma_import(dma, x);
 	if (h < 0)
 		SKIP(return, "engine IMPORT: %s (no peer-to-peer path here)", strerror(-h));
 	PLANT_FENCE_OR_SKIP(tl, x, 0);

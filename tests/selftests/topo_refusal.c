@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * P2PBUF_IOCTL_REFUSAL on the topology boots: the DMA engine (the edu device, bound to
- * p2pbuf_importer) imports a buffer of the exporter's device memory. Where the fabric has no
+ * p2pbuf_dma) imports a buffer of the exporter's device memory. Where the fabric has no
  * peer-to-peer path (each device on its own root port, a CPU p2pdma does not trust), the
  * exporter refuses the engine (EOPNOTSUPP) and the refusal ioctl names the engine's PCI
  * device, with P2PBUF_REFUSAL_NO_P2P_PATH and the reason in words, counting each refusal;
@@ -20,7 +20,7 @@
 #include "uapi/linux/p2pbuf.h"
 #include "p2pbuf_test.h"
 
-#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_importer"
+#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_dma"
 
 /* Whether p2pdma must refuse this boot's fabric (tests/vm/lib.sh p2p_fabric = refused). */
 static int fabric_refuses(void)
@@ -74,7 +74,7 @@ TEST(refusal_names_the_engine)
 		SKIP(return, "/dev/p2pbuf: %s", strerror(errno));
 	dma = open("/dev/p2pbuf-dma", O_RDWR | O_CLOEXEC);
 	if (dma < 0 || p2pbuf_bound_device(IMPORTER_DRV, engine, sizeof(engine)))
-		SKIP(return, "no DMA engine (/dev/p2pbuf-dma, p2pbuf_importer bound)");
+		SKIP(return, "no DMA engine (/dev/p2pbuf-dma, p2pbuf_dma bound)");
 	ASSERT_EQ(0, p2pbuf_test_alloc(p2p, &a)) TH_LOG("alloc: %s", strerror(errno));
 	ASSERT_EQ(0, refusal(p2p, a.fd, &r));
 	EXPECT_EQ(P2PBUF_REFUSAL_NONE, r.reason);

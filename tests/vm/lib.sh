@@ -22,7 +22,7 @@ NIC_ID="0x1af4 0x1041"   # virtio-net (modern)
 
 # load_modules: insmod the project's modules (idempotent).
 load_modules() {
-	for m in p2pbuf_exporter p2pbuf_importer; do
+	for m in p2pbuf_exporter p2pbuf_dma; do
 		[ -d /sys/module/$m ] || insmod /lib/modules/p2pbuf/$m.ko || return 1
 	done
 }

@@ -7,7 +7,7 @@
 filter=$(cmdline_arg filter)
 inject=$(cmdline_arg inject)
 # Per-test limit in guest seconds; a boot whose guest clock runs ahead of the wall clock
-# (QEMU -icount with sleep=off: the engine-icount boot) raises it.
+# (QEMU -icount with sleep=off: the p2pbuf-dma-icount boot) raises it.
 test_timeout=$(cmdline_arg test_timeout)
 test_timeout=${test_timeout:-600}
 export P2PBUF_TOPOLOGY=$(cmdline_arg topology)

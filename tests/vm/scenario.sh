@@ -180,26 +180,26 @@ else
 	record "10. NVMe into device memory" SKIP "no /dev/nvme0n1"
 fi
 
-step "11. Copy through the FPGA stand-in (the edu DMA engine, p2pbuf fpga copy)"
+step "11. Copy through the FPGA stand-in (the edu DMA engine, p2pbuf dma copy)"
 if [ -e /dev/p2pbuf-dma ]; then
 	say "Two dma-bufs imported into the engine (dynamic attachments, peer-to-peer allowed); the"
 	say "engine copies 16 KiB device -> device, then 8 KiB device -> system memory; the"
 	say "destination is checked through its mmap. (QEMU's edu moves 10-20 KiB/s.)"
-	run_to $T/f1.txt timeout 120 p2pbuf fpga copy --src-mem p2pbuf --dst-mem p2pbuf --len 16k --src-offset 3 --dst-offset 5
+	run_to $T/f1.txt timeout 120 p2pbuf dma copy --src-mem p2pbuf --dst-mem p2pbuf --len 16k --src-offset 3 --dst-offset 5
 	rc1=$?
-	run_to $T/f2.txt timeout 120 p2pbuf fpga copy --src-mem p2pbuf --dst-mem udmabuf --len 8k
+	run_to $T/f2.txt timeout 120 p2pbuf dma copy --src-mem p2pbuf --dst-mem udmabuf --len 8k
 	rc2=$?
 	m1=$(sed -n 's/.*src: .*map type \([A-Z_]*\).*/\1/p' $T/f1.txt)
 	m2=$(sed -n 's/.*dst: .*map type \([A-Z_]*\).*/\1/p' $T/f2.txt)
 	if grep -q "no peer-to-peer path between the engine" $T/f1.txt $T/f2.txt; then
-		record "11. FPGA copy" "REFUSED (topology)" "the exporter refused the engine (EOPNOTSUPP): no peer-to-peer path to device memory"
+		record "11. DMA copy" "REFUSED (topology)" "the exporter refused the engine (EOPNOTSUPP): no peer-to-peer path to device memory"
 	elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
-		record "11. FPGA copy" PASS "device->device ($m1) and device->system ($m2) verified; $(sed -n 's/.*(\([0-9.]* KiB\/s\)).*/\1/p' $T/f1.txt)"
+		record "11. DMA copy" PASS "device->device ($m1) and device->system ($m2) verified; $(sed -n 's/.*(\([0-9.]* KiB\/s\)).*/\1/p' $T/f1.txt)"
 	else
-		record "11. FPGA copy" FAIL "device->device exit $rc1, device->system exit $rc2 (see above)"
+		record "11. DMA copy" FAIL "device->device exit $rc1, device->system exit $rc2 (see above)"
 	fi
 else
-	record "11. FPGA copy" SKIP "no /dev/p2pbuf-dma (no edu device?)"
+	record "11. DMA copy" SKIP "no /dev/p2pbuf-dma (no edu device?)"
 fi
 
 step "12. Summary"
@@ -215,4 +215,4 @@ say "$(wc -l <$SUMMARY) steps, $fails failed"
 step "Done"
 say "unloading modules"
 rdma link delete rxe0 2>/dev/null
-rmmod p2pbuf_importer p2pbuf_exporter 2>/dev/null
+rmmod p2pbuf_dma p2pbuf_exporter 2>/dev/null

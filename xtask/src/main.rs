@@ -96,7 +96,7 @@ enum Cmd {
     Setup,
     /// Apply linux/series to the pristine tree, configure, build bzImage and modules.
     Kernel(BuildOpts),
-    /// Build exporter-kmod/ and importer/ against the kernel.
+    /// Build exporter-kmod/ and p2pbuf-dma/ against the kernel.
     Modules {
         /// Build with CLIPPY=1.
         #[arg(long)]
@@ -162,7 +162,7 @@ struct TestArgs {
     /// Only run in-VM tests whose name contains this.
     #[arg(long)]
     filter: Option<String>,
-    /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, engine-icount,
+    /// Only these boots (repeatable): main, rootports, rootports-zen-iommu, p2pbuf-dma-icount,
     /// large-bar, pyverbs, kcsan (xtask/src/judge/boots.rs), and two-nodes (two VMs on one
     /// link, RDMA between them, last). Default: all of them but pyverbs (rdma-core's own test
     /// suite) and large-bar (a 256 GiB BAR, 10 to 13 min), each by name or by a --filter

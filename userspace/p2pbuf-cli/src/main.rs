@@ -6,12 +6,12 @@
 //! surface description).
 //!
 //! One module per command (`alloc`, `inspect` for info/revoke, `pass` for send/recv,
-//! `cuda`, `nvme`, `dma_engine`, `rdma`); `output` holds what their reports share, and every
+//! `cuda`, `nvme`, `dma`, `rdma`); `output` holds what their reports share, and every
 //! `--json` line is one of the documented `Serialize` structs of those modules.
 
 mod alloc;
 mod cuda;
-mod dma_engine;
+mod dma;
 mod inspect;
 mod mem;
 mod nvme;
@@ -80,10 +80,10 @@ enum Cmd {
     /// (device memory: peer-to-peer, the GPUDirect Storage path without nvidia-fs).
     #[command(subcommand)]
     Nvme(nvme::NvmeCmd),
-    /// The DMA engine behind /dev/p2pbuf-dma (the FPGA stand-in) copying between dma-bufs
-    /// (`fpga` is another name for it).
-    #[command(subcommand, name = "dma-engine", alias = "fpga")]
-    DmaEngine(dma_engine::DmaEngineCmd),
+    /// p2pbuf-dma: the DMA engine behind /dev/p2pbuf-dma (the FPGA stand-in) copying
+    /// between dma-bufs.
+    #[command(subcommand)]
+    Dma(dma::DmaCmd),
 }
 
 fn main() {
@@ -117,7 +117,7 @@ fn run(cli: Cli) -> p2pbuf::Result<()> {
         Cmd::Rdma(c) => rdma::run(c, cli.json),
         Cmd::Cuda(c) => cuda::run(c, cli.json),
         Cmd::Nvme(c) => nvme::run(c, cli.json),
-        Cmd::DmaEngine(c) => dma_engine::run(c, cli.json),
+        Cmd::Dma(c) => dma::run(c, cli.json),
     }
 }
 
@@ -140,8 +140,8 @@ mod tests {
             panic!("{c:?}")
         };
         assert_eq!(mem, Source::DEFAULT);
-        let c = Cli::try_parse_from(["p2pbuf", "fpga", "copy", "--len", "4k"]).unwrap();
-        let Cmd::DmaEngine(dma_engine::DmaEngineCmd::Copy(a)) = c.cmd else {
+        let c = Cli::try_parse_from(["p2pbuf", "dma", "copy", "--len", "4k"]).unwrap();
+        let Cmd::Dma(dma::DmaCmd::Copy(a)) = c.cmd else {
             panic!("{c:?}")
         };
         assert_eq!(
@@ -178,7 +178,7 @@ mod tests {
             ],
             &[
                 "p2pbuf",
-                "dma-engine",
+                "dma",
                 "copy",
                 "--len",
                 "4k",
@@ -198,7 +198,7 @@ mod tests {
             &["p2pbuf", "nvme", "write", "--len", "4k", "--from", "host"],
             &[
                 "p2pbuf",
-                "dma-engine",
+                "dma",
                 "copy",
                 "--len",
                 "4k",

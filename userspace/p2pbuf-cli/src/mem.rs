@@ -1,6 +1,6 @@
 //! `--mem`: the one spelling of where a command's memory comes from.
 //!
-//! Every command that gets memory takes `--mem SOURCE` (`dma-engine copy`, which has two
+//! Every command that gets memory takes `--mem SOURCE` (`dma copy`, which has two
 //! buffers, `--src-mem` and `--dst-mem`, beside its `--src-offset`/`--dst-offset`), parsed by
 //! clap through [`parse`] into a [`Source`]: `p2pbuf`, `udmabuf`, `heap`, `host`, `cuda` or
 //! `fd-from:SOCKET`, and the same default ([`Source::DEFAULT`]) everywhere. `rdma reg` and

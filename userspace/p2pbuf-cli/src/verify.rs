@@ -1,5 +1,5 @@
 //! Checking data against the lab pattern ([`p2pbuf::pattern`]) of `nvme write` and
-//! `dma-engine copy`, and their throughput.
+//! `dma copy`, and their throughput.
 
 /// Index and count of bytes where `data[i] != want(i)`.
 pub fn mismatches(data: &[u8], want: impl Fn(usize) -> u8) -> Option<(usize, u8, u8, usize)> {

@@ -165,13 +165,13 @@ fn nvme_zero_length_is_refused() {
 }
 
 #[test]
-fn fpga_copy_checks_length_then_the_engine() {
-    let o = p2pbuf(&["fpga", "copy", "--len", "0"]);
+fn dma_copy_checks_length_then_the_engine() {
+    let o = p2pbuf(&["dma", "copy", "--len", "0"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("at least 1 byte"), "{}", stderr(&o));
     let o = p2pbuf(&[
         "--json",
-        "fpga",
+        "dma",
         "copy",
         "--len",
         "4k",
@@ -180,10 +180,7 @@ fn fpga_copy_checks_length_then_the_engine() {
     ]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(
-        v["error"].as_str().unwrap().contains("p2pbuf_importer"),
-        "{v}"
-    );
+    assert!(v["error"].as_str().unwrap().contains("p2pbuf_dma"), "{v}");
     assert_eq!(v["unavailable"], true);
 }
 

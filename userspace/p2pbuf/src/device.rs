@@ -66,7 +66,7 @@ impl Device {
                 "this p2pbuf library was built without the uAPI header: {}",
                 env!("P2PBUF_NO_UAPI")
             ),
-            Some("rebuild with exporter-kmod/include/uapi/linux/p2pbuf.h present and libclang (cargo xtask setup)".into()),
+            Some("rebuild with include/uapi/ present and libclang (cargo xtask setup)".into()),
         ))
     }
 }
@@ -156,8 +156,8 @@ pub(crate) use device_handle;
 
 #[cfg(test)]
 mod tests {
+    use crate::dma::Engine;
     use crate::exporter::Exporter;
-    use crate::importer::Engine;
 
     /// A missing node is [`Error::Unavailable`](crate::Error::Unavailable), saying that it
     /// does not exist and which module to load.
@@ -170,7 +170,7 @@ mod tests {
             ),
             (
                 Engine::open_at("/nonexistent/p2pbuf-dma").unwrap_err(),
-                "p2pbuf_importer",
+                "p2pbuf_dma",
             ),
         ] {
             assert!(e.is_unavailable(), "{e:?}");

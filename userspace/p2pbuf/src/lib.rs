@@ -13,7 +13,7 @@
 //!   exporter for tests.
 //! - [`exporter`]: device memory from the p2pbuf exporter (`/dev/p2pbuf`),
 //!   through its uAPI header (bindgen).
-//! - [`importer`]: the DMA engine (`/dev/p2pbuf-dma`) importing dma-bufs and copying
+//! - [`dma`]: p2pbuf-dma, the DMA engine (`/dev/p2pbuf-dma`) importing dma-bufs and copying
 //!   between them.
 //! - [`nvme`]: `O_DIRECT` reads and writes between a drive and a mapping (peer-to-peer
 //!   when the mapping is device memory).
@@ -51,13 +51,13 @@ macro_rules! owns_fd {
     };
 }
 
+pub mod dma;
 pub mod dmem;
 pub mod error;
 pub mod exporter;
 pub mod fdinfo;
 pub mod fdpass;
 pub mod heap;
-pub mod importer;
 pub mod memory;
 pub mod nvme;
 pub mod pattern;

@@ -68,7 +68,7 @@ impl<'a> CpuMapping<'a> {
                 use rustix::io::Errno;
                 let check = if e.raw_os_error() == ENOTSUPP {
                     Some(format!(
-                        "exporter {} does not support CPU mmap; use a device importer (RDMA, NVMe, the p2pbuf importer) instead",
+                        "exporter {} does not support CPU mmap; use a device importer (RDMA, NVMe, p2pbuf-dma) instead",
                         buf.exporter()
                     ))
                 } else if e == Errno::ACCESS {

@@ -1,6 +1,6 @@
 //! Where a buffer's memory comes from, and the one function that gets a buffer of a kind.
 //!
-//! Every command of the `p2pbuf` CLI that needs memory (`alloc`, `nvme`, `fpga`, `rdma
+//! Every command of the `p2pbuf` CLI that needs memory (`alloc`, `nvme`, `dma`, `rdma
 //! serve`/`reg`, `rdma bench`) names it with a [`Source`] and gets it from [`alloc`] (or
 //! [`alloc_with`]); the default, the same for every command, is [`Source::DEFAULT`] (device
 //! memory from the p2pbuf exporter).

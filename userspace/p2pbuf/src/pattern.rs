@@ -3,7 +3,7 @@
 //! Byte `i` of a transfer (counted from its first byte) for a seed is
 //! `(i * 13 + seed + (i >> 12)) & 0xff`: what the C selftests write (`p2pbuf_pattern()` in
 //! `tests/selftests/p2pbuf_pattern.h`, the one C definition), what `p2pbuf nvme write`,
-//! `p2pbuf dma-engine copy`, `p2pbuf rdma write --lab-pattern` and `p2pbuf-fabric` write and
+//! `p2pbuf dma copy`, `p2pbuf rdma write --lab-pattern` and `p2pbuf-fabric` write and
 //! check, and what `cargo xtask test`'s host check looks for in the backing file of the
 //! emulated device memory. [`tests::c_header_agrees`] compiles the C header and compares.
 

@@ -421,7 +421,7 @@ fn build_selftests(
         ksrc.join("tools/testing/selftests"),
         ksrc.join("usr/include"),
         ctx.kbuild().join("usr/include"),
-        ctx.root.join("exporter-kmod/include"),
+        ctx.root.join("include"),
     ] {
         flags.push(format!("-I{}", inc.display()));
     }

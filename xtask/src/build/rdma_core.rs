@@ -219,7 +219,7 @@ pub fn pyverbs(ctx: &Ctx) -> Result<()> {
         bail!("{PYTHON} is missing: pyverbs is built for Debian 12's Python {PYTHON_VERSION} (package python{PYTHON_VERSION}), which also runs in the guest");
     }
     let patches = patch_files(ctx)?;
-    let uapi = ctx.root.join("exporter-kmod/include/uapi");
+    let uapi = ctx.root.join("include/uapi");
     let mut inputs = patches.clone();
     inputs.push(uapi.join("linux/p2pbuf.h"));
     let hash = hash_files(

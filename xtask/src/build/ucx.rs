@@ -113,7 +113,7 @@ pub fn program_cc(ctx: &Ctx, out: &Path) -> Command {
         .arg(format!("-I{}", staging(ctx).join("usr/include").display()))
         .arg(format!(
             "-I{}",
-            ctx.root.join("exporter-kmod/include").display()
+            ctx.root.join("include").display()
         ))
         .arg(format!("-I{}", ctx.root.join("tests/selftests").display()))
         .arg("-o")

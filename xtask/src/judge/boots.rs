@@ -55,14 +55,14 @@ pub enum OptIn {
 pub const TOPO_PREFIX: &str = "topo_";
 
 /// Tests of the main suite that also run, with other expectations, on the topology boots.
-const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cli_3_fpga"];
+const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cli_3_dma"];
 
-/// Tests (name prefixes) that only the engine boot runs: the importer suite, the large
-/// engine copies (tests/selftests/engine_large.c, up to 64 MiB = 32,788 transfers) and the
-/// in-tree exporter sample, whose data goes through the engine (dma_buf_sample.c; named so
-/// that it runs before engine_large: its exports zero the whole BAR, where engine_large leaves
-/// a pattern for the host check).
-const ENGINE_TESTS: &[&str] = &["engine_", "importer", "dma_buf_sample"];
+/// Tests (name prefixes) that only the p2pbuf-dma-icount boot runs: the p2pbuf_dma suite, the
+/// large engine copies (tests/selftests/p2pbuf_dma_large.c, up to 64 MiB = 32,788 transfers) and
+/// the in-tree exporter sample, whose data goes through the engine (dma_buf_sample.c; named so
+/// that it runs before p2pbuf_dma_large: its exports zero the whole BAR, where
+/// p2pbuf_dma_large leaves a pattern for the host check).
+const P2PBUF_DMA_TESTS: &[&str] = &["p2pbuf_dma", "dma_buf_sample"];
 
 /// Tests (name prefixes) that only the large-bar boot runs: buffers larger than 4 GiB
 /// (tests/selftests/large_bar.c).
@@ -106,12 +106,12 @@ const LARGE_MIN_WALL_S: u64 = 1800;
 
 /// The tests the KCSAN boot runs (names containing one of these): those that race the
 /// modules' and the series' paths against each other from several threads
-/// (tests/selftests/races_*.c, engine_races.c, udmabuf_sync_race.c, odirect_revoke.c,
-/// vivid_vmap.c). `races` also matches every `races_*` and `engine_races`, named for the list
-/// to say it.
+/// (tests/selftests/races_*.c, p2pbuf_dma_races.c, udmabuf_sync_race.c, odirect_revoke.c,
+/// vivid_vmap.c). `races` also matches every `races_*` and `p2pbuf_dma_races`, named for the
+/// list to say it.
 const KCSAN_TESTS: &[&str] = &[
     "races",
-    "engine_races",
+    "p2pbuf_dma_races",
     "udmabuf_sync_race",
     "odirect_revoke",
     "vivid_vmap",
@@ -119,14 +119,14 @@ const KCSAN_TESTS: &[&str] = &[
 
 /// Wall seconds the KCSAN boot gets at least: every instrumented C access goes through
 /// KCSAN's runtime (and one in KCSAN_SKIP_WATCH waits on a watchpoint), on top of TCG; and
-/// engine_races waits for the engine's 100 ms transfers in wall time (no -icount: KCSAN sees
-/// races between CPUs, and -icount runs one).
+/// p2pbuf_dma_races waits for the engine's 100 ms transfers in wall time (no -icount: KCSAN
+/// sees races between CPUs, and -icount runs one).
 const KCSAN_MIN_WALL_S: u64 = 2400;
 
 /// Name prefixes of the tests the main boot leaves to other boots.
 fn reserved() -> Vec<&'static str> {
     let mut v = vec![TOPO_PREFIX];
-    v.extend_from_slice(ENGINE_TESTS);
+    v.extend_from_slice(P2PBUF_DMA_TESTS);
     v.extend_from_slice(LARGE_TESTS);
     v.extend_from_slice(PYVERBS_TESTS);
     v
@@ -169,9 +169,9 @@ pub fn all() -> Vec<Boot> {
             ..MAIN
         },
         Boot {
-            name: "engine-icount",
-            why: "the DMA engine under -icount: importer suite, copies from 1 byte to 64 MiB",
-            only: ENGINE_TESTS,
+            name: "p2pbuf-dma-icount",
+            why: "the DMA engine under -icount: p2pbuf_dma suite, copies from 1 byte to 64 MiB",
+            only: P2PBUF_DMA_TESTS,
             icount: true,
             ..MAIN
         },
@@ -333,8 +333,8 @@ mod tests {
     fn engine_tests_run_on_the_icount_boot_only() {
         let all = all();
         let main = &all[0];
-        let engine = all.iter().find(|b| b.name == "engine-icount").unwrap();
-        for t in ["engine_large", "importer", "dma_buf_sample"] {
+        let engine = all.iter().find(|b| b.name == "p2pbuf-dma-icount").unwrap();
+        for t in ["p2pbuf_dma_large", "p2pbuf_dma", "dma_buf_sample"] {
             assert!(!main.selects(t, None), "{t}");
             assert!(engine.selects(t, None), "{t}");
         }
@@ -344,9 +344,9 @@ mod tests {
         main.apply(&mut cfg);
         assert!(!cfg.icount);
         assert!(!cfg.append.iter().any(|a| a.contains("hung_task")));
-        assert!(cfg.append.contains(
-            &"p2pbuf.skip=topo_,engine_,importer,dma_buf_sample,large_,pyverbs_".to_string()
-        ));
+        assert!(cfg
+            .append
+            .contains(&"p2pbuf.skip=topo_,p2pbuf_dma,dma_buf_sample,large_,pyverbs_".to_string()));
         let mut cfg = VmConfig::default();
         engine.apply(&mut cfg);
         assert!(cfg.icount);
@@ -397,11 +397,16 @@ mod tests {
             ["rootports", "rootports-zen-iommu"]
         );
         assert_eq!(chosen(&[], Some("kunit"), &tests), ["main"]);
-        // main, rootports, rootports-zen-iommu, engine-icount: large-bar, pyverbs and kcsan
+        // main, rootports, rootports-zen-iommu, p2pbuf-dma-icount: large-bar, pyverbs and kcsan
         // are opt-in.
         assert_eq!(
             chosen(&[], None, &tests),
-            ["main", "rootports", "rootports-zen-iommu", "engine-icount"]
+            [
+                "main",
+                "rootports",
+                "rootports-zen-iommu",
+                "p2pbuf-dma-icount"
+            ]
         );
         // large-bar: by name, or by a filter of one of its tests.
         let with_large: Vec<String> = ["exporter", "large_bar"].map(String::from).to_vec();
@@ -417,8 +422,8 @@ mod tests {
         assert_eq!(chosen(&["pyverbs".into()], None, &with_py), ["pyverbs"]);
         assert!(!all()[0].selects("pyverbs_tests", None));
         assert_eq!(
-            chosen(&[], Some("importer"), &["importer".to_string()]),
-            ["engine-icount"]
+            chosen(&[], Some("p2pbuf_dma"), &["p2pbuf_dma".to_string()]),
+            ["p2pbuf-dma-icount"]
         );
         assert_eq!(
             chosen(&[], Some("large_"), &["large_bar".to_string()]),
@@ -438,14 +443,20 @@ mod tests {
         for t in [
             "races",
             "races_unbind",
-            "engine_races",
+            "p2pbuf_dma_races",
             "udmabuf_sync_race",
             "odirect_revoke",
             "vivid_vmap",
         ] {
             assert!(k.selects(t, None), "{t}");
         }
-        for t in ["exporter", "fail_nth", "engine_large", "importer", "kunit"] {
+        for t in [
+            "exporter",
+            "fail_nth",
+            "p2pbuf_dma_large",
+            "p2pbuf_dma",
+            "kunit",
+        ] {
             assert!(!k.selects(t, None), "{t}");
         }
         assert!(!k.runs_kunit());
@@ -454,7 +465,7 @@ mod tests {
         let mut cfg = VmConfig::default();
         k.apply(&mut cfg);
         assert!(cfg.append.contains(
-            &"p2pbuf.only=races,engine_races,udmabuf_sync_race,odirect_revoke,vivid_vmap"
+            &"p2pbuf.only=races,p2pbuf_dma_races,udmabuf_sync_race,odirect_revoke,vivid_vmap"
                 .to_string()
         ));
         assert!(cfg.append.contains(&"p2pbuf.suite=kcsan".to_string()));

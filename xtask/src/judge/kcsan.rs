@@ -23,7 +23,7 @@ const KCSAN_FOOTER: &str = "Reported by Kernel Concurrency Sanitizer on:";
 /// after its length: `kernel::dma_buf` is `...6kernel7dma_buf...`, `kernel::pci::p2pdma`
 /// `...3pci6p2pdma...`; a loadable module's functions are followed by ` [module]`.
 pub const KCSAN_OURS: &[&str] = &[
-    // The modules (` [p2pbuf_exporter]`, ` [p2pbuf_importer]`, and their crates' names in
+    // The modules (` [p2pbuf_exporter]`, ` [p2pbuf_dma]`, and their crates' names in
     // their symbols).
     "p2pbuf",
     // drivers/dma-buf/dma-buf.c, dma-buf-mapping.c, the Rust abstractions (kernel::dma_buf),
@@ -383,7 +383,7 @@ mod tests {
             ("data-race in rb_next / rb_erase", "_RNvMs3_NtNtCs1EKtwoKEMO2_6kernel7dma_buf6exportINtB5_8ExportedNtNtCsk2sXz9Ua8hG_15foo6buffer6BufferE6revoke+0x2e1/0x6b0"),
             ("data-race in gen_pool_alloc_algo_owner / gen_pool_free_owner", "_RNvXs1_NtNtCs1EKtwoKEMO2_6kernel3pci6p2pdmaNtB5_8ProviderNtNtCsdkZ4lMZ6x2b_4core3ops4drop4Drop4drop+0x5e/0x120"),
             // The importer, by its module tag in a `%ps` heading.
-            ("data-race in _RNvNtCs9x_15p2pbuf_importer6engine4kick [p2pbuf_importer] / edu_irq", ""),
+            ("data-race in _RNvNtCs9x_10p2pbuf_dma6engine4kick [p2pbuf_dma] / edu_irq", ""),
             // The in-tree sample, the Rust helpers.
             ("data-race in rb_next / rb_erase", "_RNvXs_CsAb_21rust_dma_buf_exporterNtB4_6Sample5probe+0x10/0x90 [rust_dma_buf_exporter]"),
             ("data-race in rust_helper_dma_resv_lock / ww_mutex_unlock", ""),
@@ -417,10 +417,10 @@ mod tests {
         }
         // Headings name the functions without offsets and module tags.
         let r = KcsanReport::new(
-            "data-race in _RNvNtCs9x_15p2pbuf_importer6engine4kick [p2pbuf_importer] / edu_irq",
+            "data-race in _RNvNtCs9x_10p2pbuf_dma6engine4kick [p2pbuf_dma] / edu_irq",
             &[],
         );
-        assert_eq!(r.funcs, "_RNvNtCs9x_15p2pbuf_importer6engine4kick/edu_irq");
+        assert_eq!(r.funcs, "_RNvNtCs9x_10p2pbuf_dma6engine4kick/edu_irq");
     }
 
     #[test]
@@ -431,8 +431,8 @@ mod tests {
                 Some("begin_cpu_udmabuf+0x8e/0x1b0"),
             ),
             (
-                " _RNvNtCs9x_15p2pbuf_importer6engine4kick+0x3/0x40 [p2pbuf_importer]",
-                Some("_RNvNtCs9x_15p2pbuf_importer6engine4kick+0x3/0x40 [p2pbuf_importer]"),
+                " _RNvNtCs9x_10p2pbuf_dma6engine4kick+0x3/0x40 [p2pbuf_dma]",
+                Some("_RNvNtCs9x_10p2pbuf_dma6engine4kick+0x3/0x40 [p2pbuf_dma]"),
             ),
             // CONFIG_KCSAN_WEAK_MEMORY's note under a frame.
             (

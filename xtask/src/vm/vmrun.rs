@@ -22,7 +22,7 @@ pub const QEMU: &str = "qemu-system-x86_64";
 const INIT_MARKER: &str = "p2pbuf-init: started";
 
 /// How long a boot may take to reach /init before it counts as hung. Every boot reaches it
-/// in 10 to 45 s of guest time (the slowest, engine-icount, in about 40 s); a kernel that
+/// in 10 to 45 s of guest time (the slowest, p2pbuf-dma-icount, in about 40 s); a kernel that
 /// wedges before init (a report storm from every timer interrupt, as the CI run of 9ececf6
 /// showed) is stopped here instead of at the run's whole timeout (30 min for large-bar).
 const INIT_DEADLINE: Duration = Duration::from_secs(600);

@@ -236,8 +236,8 @@ mod tests {
         let outputs_under = |c: &Ctx, dir: &str| {
             let build = cache.join(dir);
             assert_eq!(
-                crate::modules::module_out(c, "importer"),
-                build.join("importer")
+                crate::modules::module_out(c, "p2pbuf-dma"),
+                build.join("p2pbuf-dma")
             );
             let cpio = crate::initramfs::initramfs_path(c);
             assert_eq!(cpio, build.join("initramfs.cpio"));

@@ -289,7 +289,7 @@ mod tests {
     #[test]
     fn warning_in_the_7_2_format_fails() {
         assert_eq!(
-            kind("[   41.207380] WARNING: kernel/dma/debug.c:1048 at check_unmap+0x6f4/0x8c0, CPU#1: engine_large/231"),
+            kind("[   41.207380] WARNING: kernel/dma/debug.c:1048 at check_unmap+0x6f4/0x8c0, CPU#1: p2pbuf_dma_large/231"),
             Some("WARN")
         );
     }
@@ -299,11 +299,11 @@ mod tests {
         assert_kind(
             &[
                 // err_printk: the WARN's message, then where the mapping was made.
-                "[   41.207365] DMA-API: p2pbuf_importer 0000:03:00.0: device driver tries to free DMA memory it has not allocated [device address=0x00000000fe800000] [size=4096 bytes]",
+                "[   41.207365] DMA-API: p2pbuf_dma 0000:03:00.0: device driver tries to free DMA memory it has not allocated [device address=0x00000000fe800000] [size=4096 bytes]",
                 "[   41.207402] DMA-API: Mapped at:",
                 "[   52.118730] DMA-API: p2pbuf_exporter 0000:01:00.0: device driver has pending DMA allocations while released from device [count=1]",
                 "[   12.031337] DMA-API: nvme 0000:02:00.0: device driver syncs DMA memory with different direction [device address=0x0000000004a1f000] [size=512 bytes] [mapped with DMA_FROM_DEVICE] [synced with DMA_TO_DEVICE]",
-                "[   30.500000] DMA-API: p2pbuf_importer 0000:03:00.0: device driver failed to check map error[device address=0x00000000fe800000] [size=65536 bytes] [mapped as single]",
+                "[   30.500000] DMA-API: p2pbuf_dma 0000:03:00.0: device driver failed to check map error[device address=0x00000000fe800000] [size=65536 bytes] [mapped as single]",
                 "[   30.600000] DMA-API: exceeded 7 overlapping mappings of cacheline 0x0000000001234560",
                 // The checker lost track: what follows is unchecked.
                 "[   60.000000] DMA-API: dma_debug_entry pool grown to 131072 (200%)",
@@ -332,7 +332,9 @@ mod tests {
             Some("DMA-API")
         );
         assert_eq!(
-            kind("[    0.4] DMA-API: debugging enabled by kernel config; p2pbuf_importer 0000:03:00.0: x"),
+            kind(
+                "[    0.4] DMA-API: debugging enabled by kernel config; p2pbuf_dma 0000:03:00.0: x"
+            ),
             Some("DMA-API")
         );
     }
@@ -382,7 +384,7 @@ mod tests {
         assert_kind(
             &[
                 "[   44.000001] ODEBUG: free active (active state 0) object: 00000000a1b2c3d4 object type: timer_list hint: p2pbuf_revoke_timer+0x0/0x40 [p2pbuf_exporter]",
-                "[   44.000001] ODEBUG: activate destroyed (active state 0) object: 00000000a1b2c3d4 object type: work_struct hint: p2pbuf_work+0x0/0x30 [p2pbuf_importer]",
+                "[   44.000001] ODEBUG: activate destroyed (active state 0) object: 00000000a1b2c3d4 object type: work_struct hint: p2pbuf_work+0x0/0x30 [p2pbuf_dma]",
                 "[   44.000002] ODEBUG: object 00000000a1b2c3d4 is on stack 00000000deadbeef, but NOT annotated.",
                 "[    0.300000] ODEBUG: Out of memory. ODEBUG disabled",
             ],
@@ -482,7 +484,7 @@ mod tests {
     fn hung_task_reports_fail() {
         assert_kind(
             &[
-                "[  245.3] INFO: task engine_large:231 blocked for more than 30 seconds.",
+                "[  245.3] INFO: task p2pbuf_dma_large:231 blocked for more than 30 seconds.",
                 "[  245.3] INFO: task nvme_p2p:240 blocked in I/O wait for more than 30 seconds.",
             ],
             Some("hung task"),
@@ -616,13 +618,13 @@ mod tests {
             "WARNING: lock held when returning to user space!",
             "[ BUG: Invalid wait context ]",
             "WARNING: suspicious RCU usage",
-            "INFO: task engine_large:231 blocked for more than 30 seconds.",
+            "INFO: task p2pbuf_dma_large:231 blocked for more than 30 seconds.",
             "INFO: task nvme_p2p:240 blocked in I/O wait for more than 30 seconds.",
             "Oops: Oops: 0000 [#1] SMP",
             "Oops - BUG: 0000 [#1] SMP",
             "BUG: kernel NULL pointer dereference, address: 0000000000000008",
             "kernel BUG at mm/memremap.c:512!",
-            "WARNING: kernel/dma/debug.c:1048 at check_unmap+0x6f4/0x8c0, CPU#1: engine_large/231",
+            "WARNING: kernel/dma/debug.c:1048 at check_unmap+0x6f4/0x8c0, CPU#1: p2pbuf_dma_large/231",
             "------------[ cut here ]------------",
             "UBSAN: array-index-out-of-bounds in drivers/p2pbuf/x.c:12:3",
             "Kernel panic - not syncing: Fatal exception",

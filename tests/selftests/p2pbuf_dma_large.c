@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * p2pbuf importer, large copies: the DMA engine (QEMU's edu, the FPGA stand-in behind
+ * p2pbuf-dma, large copies: the DMA engine (QEMU's edu, the FPGA stand-in behind
  * /dev/p2pbuf-dma) copies from 1 byte to 64 MiB, device memory to device memory, device to
  * system memory and back (and system to system), at unaligned offsets, verified byte for
  * byte together with a margin on both sides of the destination range.
  *
  * The engine moves 4095 bytes per transfer and QEMU's model finishes a transfer 100 ms of
  * virtual time after it starts: 64 MiB is 16,394 windows, 32,788 transfers, 3,279 s of
- * virtual time. This test is meant for the "engine-icount" boot of `cargo xtask test`
+ * virtual time. This test is meant for the "p2pbuf-dma-icount" boot of `cargo xtask test`
  * (xtask/src/judge/boots.rs), which runs QEMU with -icount shift=auto,sleep=off: the virtual
  * clock jumps to the engine's timer while the guest waits for the interrupt, so the wall
  * time is what the guest's own work costs. Times printed here are guest (virtual) times.
@@ -40,7 +40,7 @@
 #define BUF_SIZE (64 * MIB + 16 * PAGE)
 /* Bytes checked on each side of a destination range. */
 #define MARGIN (2 * PAGE)
-/* The engine's window (importer/edu.rs WINDOW). */
+/* The engine's window (p2pbuf-dma/edu.rs WINDOW). */
 #define WINDOW 4095UL
 /*
  * Test timeouts are in guest time, which icount advances by 100 ms per engine transfer:
@@ -142,12 +142,12 @@ FIXTURE_SETUP(engine)
 		all[i]->fd = all[i]->memfd = -1;
 	self->dev = -1;
 	/* Outside the icount boot the model's 100 ms per transfer are wall time: hours. */
-	if (!getenv("P2PBUF_SUITE") || strcmp(getenv("P2PBUF_SUITE"), "engine-icount"))
+	if (!getenv("P2PBUF_SUITE") || strcmp(getenv("P2PBUF_SUITE"), "p2pbuf-dma-icount"))
 		SKIP(return, "needs QEMU -icount (over 3 h of engine time otherwise): "
-			     "cargo xtask test --boot engine-icount");
+			     "cargo xtask test --boot p2pbuf-dma-icount");
 	self->dev = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	if (self->dev < 0)
-		SKIP(return, DMA_DEV ": %s (no edu device, or p2pbuf_importer not loaded)",
+		SKIP(return, DMA_DEV ": %s (no edu device, or p2pbuf_dma not loaded)",
 		     strerror(errno));
 	self->p2p = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
 	if (self->p2p < 0)

@@ -66,7 +66,7 @@ impl pci::Driver for Driver {
         // SAFETY: Nothing allocates or maps DMA memory for this device yet: we are in probe,
         // before the engine is published.
         unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
-        let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"p2pbuf_importer")?;
+        let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"p2pbuf_dma")?;
         let edu = Arc::pin_init(Edu::new(pdev, bar)?, GFP_KERNEL)?;
         let generic: &pci::Device = pdev;
         let engine = Arc::pin_init(Engine::new(generic.into(), edu), GFP_KERNEL)?;

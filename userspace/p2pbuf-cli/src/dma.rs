@@ -1,11 +1,11 @@
-//! `p2pbuf dma-engine copy` (alias `fpga copy`): the DMA engine behind /dev/p2pbuf-dma (the
+//! `p2pbuf dma copy`: p2pbuf-dma, the DMA engine behind /dev/p2pbuf-dma (the
 //! FPGA stand-in) copying between two dma-bufs.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use p2pbuf::importer::{self, Engine, Import, MapType};
+use p2pbuf::dma::{self, Engine, Import, MapType};
 use p2pbuf::memory::{self, Buffer, Source, Summary};
 use p2pbuf::units::{human_size, parse_size};
 use p2pbuf::{Access, DmaBuf, Error};
@@ -16,7 +16,7 @@ use crate::verify::mismatches;
 use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
-pub enum DmaEngineCmd {
+pub enum DmaCmd {
     /// Allocate two buffers, fill the source through its mapping, import both into the DMA
     /// engine (/dev/p2pbuf-dma), copy with the engine, verify the destination through its
     /// mapping. QEMU's edu engine is slow (10-20 KiB/s): keep --len small.
@@ -48,12 +48,12 @@ pub struct CopyArgs {
     /// Completion timeout of each engine transfer, ms (0: the module's default).
     #[arg(long, default_value_t = 0)]
     timeout_ms: u32,
-    /// The importer's device.
-    #[arg(long, default_value = importer::DEVICE)]
+    /// The p2pbuf-dma device.
+    #[arg(long, default_value = dma::DEVICE)]
     device: PathBuf,
 }
 
-/// One side of a copy in `p2pbuf --json dma-engine copy`.
+/// One side of a copy in `p2pbuf --json dma copy`.
 #[derive(Serialize)]
 pub struct SideReport {
     /// `src` or `dst`.
@@ -95,7 +95,7 @@ impl SideReport {
     }
 }
 
-/// `p2pbuf --json dma-engine copy`.
+/// `p2pbuf --json dma copy`.
 #[derive(Serialize)]
 pub struct CopyReport {
     /// The source.
@@ -132,7 +132,7 @@ fn fill(buf: &DmaBuf, seed: u32) -> p2pbuf::Result<()> {
 fn alloc(side: &str, s: &Source, len: usize) -> p2pbuf::Result<Buffer> {
     if !s.is_dmabuf() {
         return Err(Error::Invalid {
-            what: format!("p2pbuf dma-engine copy --{side}-mem {s}"),
+            what: format!("p2pbuf dma copy --{side}-mem {s}"),
             detail: "the engine imports dma-bufs; host memory is not one".into(),
             check: Some("choose p2pbuf, udmabuf, cuda or fd-from:SOCKET".into()),
         });
@@ -140,12 +140,12 @@ fn alloc(side: &str, s: &Source, len: usize) -> p2pbuf::Result<Buffer> {
     memory::alloc(s, len as u64)
 }
 
-pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
-    let DmaEngineCmd::Copy(a) = c;
+pub fn run(c: DmaCmd, json: bool) -> p2pbuf::Result<()> {
+    let DmaCmd::Copy(a) = c;
     let len = a.len;
     if len == 0 {
         return Err(Error::Protocol {
-            what: "p2pbuf fpga copy".into(),
+            what: "p2pbuf dma copy".into(),
             detail: "--len must be at least 1 byte".into(),
         });
     }
@@ -160,7 +160,7 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
     let si = eng.import(sbuf)?;
     let di = eng.import(dbuf)?;
     let t = Instant::now();
-    let done = eng.copy(&importer::Copy {
+    let done = eng.copy(&dma::Copy {
         src: si.handle,
         src_offset: a.src_offset as u64,
         dst: di.handle,
@@ -214,7 +214,7 @@ pub fn run(c: DmaEngineCmd, json: bool) -> p2pbuf::Result<()> {
         });
     } else {
         println!(
-            "fpga copy: {} with the DMA engine ({})",
+            "dma copy: {} with the DMA engine ({})",
             human_size(len as u64),
             a.device.display()
         );

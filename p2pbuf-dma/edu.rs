@@ -307,7 +307,7 @@ impl Claim<'_> {
     fn give_up(&mut self) {
         self.hw.dead = true;
         let _ = self.edu.bus_master(false);
-        pr_err!("p2pbuf_importer: DMA transfer never ended; engine disabled until rebound\n");
+        pr_err!("p2pbuf_dma: DMA transfer never ended; engine disabled until rebound\n");
     }
 }
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The copy rules of the ioctl argument structs of `include/uapi/linux/p2pbuf.h`, shared by the
-//! exporter and the importer module (the importer includes this file with `#[path]`).
+//! What the uAPI modules of both kernel modules (`exporter-kmod/uapi.rs`, `p2pbuf-dma/uapi.rs`)
+//! are built on, each as its submodule `arg` (`#[path = "../include/uapi/uapi_arg.rs"]`): the
+//! copy rules of the ioctl argument structs of `include/uapi/linux/p2pbuf.h` and
+//! `include/uapi/linux/p2pbuf-dma.h`, and the macros that bring in the module's generated
+//! bindings ([`generated_bindings`]) and make its structs argument structs ([`arg_structs`]).
 //!
 //! Every struct starts with a `u32` size that the caller sets to the size it was compiled with.
 //! [`read_arg`] accepts any size from [`ArgStruct::MIN_SIZE`] up to [`MAX_SIZE`] (a page): a
@@ -80,3 +83,47 @@ pub(crate) fn write_arg<T: ArgStruct>(arg: usize, size: usize, val: &T) -> Resul
         .writer()
         .write_slice(&bytes[..n])
 }
+
+/// Makes each generated uAPI struct the [`ArgStruct`] of the ioctl that passes it: the size of
+/// its first version is the one the ioctl number encodes (`_IOC_SIZE`), and the struct has not
+/// grown past it yet (asserted: when one grows, its number must not, and this assertion is what
+/// changes). `FromBytes` and `AsBytes` hold because the uAPI structs are integers and byte
+/// arrays without padding: the header lays them out so, and bindgen's layout checks pin every
+/// field's offset and the size to what the C compiler makes of the header.
+macro_rules! arg_structs {
+    ($($t:ident: $ioctl:ident),* $(,)?) => {$(
+        // SAFETY: See the macro's documentation: integers and byte arrays without padding, so
+        // every byte pattern is valid.
+        unsafe impl kernel::transmute::FromBytes for $t {}
+        // SAFETY: See the macro's documentation: no padding, so every byte is initialised.
+        unsafe impl kernel::transmute::AsBytes for $t {}
+        impl $crate::uapi::arg::ArgStruct for $t {
+            const MIN_SIZE: usize = kernel::ioctl::_IOC_SIZE($ioctl);
+        }
+        const _: () = assert!(core::mem::size_of::<$t>() == kernel::ioctl::_IOC_SIZE($ioctl));
+    )*};
+}
+pub(crate) use arg_structs;
+
+/// Brings in the module's uAPI bindings: the file that `cargo xtask modules` generated with
+/// bindgen from the module's header and names in `P2PBUF_UAPI_BINDINGS` (xtask/src/modules.rs),
+/// as the kernel's `uapi` crate includes its `uapi_generated.rs`.
+macro_rules! generated_bindings {
+    () => {
+        /// The bindings bindgen generated from the module's uAPI header.
+        #[allow(
+            clippy::all,
+            clippy::undocumented_unsafe_blocks,
+            dead_code,
+            missing_docs,
+            non_camel_case_types,
+            non_upper_case_globals,
+            unreachable_pub
+        )]
+        mod generated {
+            include!(env!("P2PBUF_UAPI_BINDINGS"));
+        }
+        pub(crate) use generated::*;
+    };
+}
+pub(crate) use generated_bindings;

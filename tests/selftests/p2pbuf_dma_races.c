@@ -3,7 +3,7 @@
  * p2pbuf engine races (H3 of the first kernel review, summed up in section 1 of the second,
  * KERNEL_REVIEW.md, shared with the project; answered in docs/exporter.md, "Races": importer
  * attachments and mappings are not tied to the importing device's lifetime): the DMA engine
- * (QEMU's edu device behind /dev/p2pbuf-dma) is unbound from p2pbuf_importer while it holds
+ * (QEMU's edu device behind /dev/p2pbuf-dma) is unbound from p2pbuf_dma while it holds
  * device-memory buffers imported (attached, and mapped for the engine), once and in a loop
  * against a thread that keeps importing and copying.
  *
@@ -13,7 +13,7 @@
  * unbind), binding again gives a working engine (a verified copy); nothing on the console
  * (DMA-API debug reports a mapping that outlives its device; the harness fails the run on it).
  *
- * The file is named engine_*: it runs on the engine-icount boot (xtask/src/judge/boots.rs,
+ * The file is named p2pbuf_dma_*: it runs on the p2pbuf-dma-icount boot (xtask/src/judge/boots.rs,
  * ENGINE_TESTS), where the engine's 100 ms per transfer costs no wall time; the main boot
  * leaves engine_* to that boot. The opt-in kcsan boot (KCSAN_TESTS) runs it too, in wall time.
  */
@@ -63,12 +63,12 @@ static int engine_check(int dma, int p2p, size_t len)
 	for (size_t i = 0; i < PAGE; i++)
 		ma[i] = (uint8_t)(i * 11 + 7);
 	sync_cpu(a, 0);
-	ha = p2pbuf_engine_import(dma, a);
-	hb = p2pbuf_engine_import(dma, b);
+	ha = dma_import(dma, a);
+	hb = dma_import(dma, b);
 	ret = ha < 0 ? ha : hb < 0 ? hb : 0;
 	if (ret)
 		goto out;
-	n = p2pbuf_engine_copy(dma, ha, hb, len);
+	n = dma_copy(dma, ha, hb, len);
 	if (n != (long)len) {
 		ret = n < 0 ? (int)n : -EIO;
 		goto out;
@@ -78,9 +78,9 @@ static int engine_check(int dma, int p2p, size_t len)
 	sync_cpu(b, 0);
 out:
 	if (ha > 0)
-		p2pbuf_engine_release(dma, ha);
+		dma_release(dma, ha);
 	if (hb > 0)
-		p2pbuf_engine_release(dma, hb);
+		dma_release(dma, hb);
 	if (ma != MAP_FAILED)
 		munmap(ma, PAGE);
 	if (mb != MAP_FAILED)
@@ -92,14 +92,14 @@ out:
 	return ret;
 }
 
-FIXTURE(engine_races) {
+FIXTURE(p2pbuf_dma_races) {
 	int p2p, dma;
 	char edu[64], gpu[64];
 	long long free0, avail0;
 	pid_t unbinder;
 };
 
-FIXTURE_SETUP(engine_races)
+FIXTURE_SETUP(p2pbuf_dma_races)
 {
 	const char *why;
 	int r;
@@ -109,12 +109,12 @@ FIXTURE_SETUP(engine_races)
 	if (p2pbuf_pci_find(EDU_VENDOR, EDU_DEVICE, self->edu, sizeof(self->edu)))
 		SKIP(return, "no edu device (the DMA engine) on this boot");
 	if (access(IMPORTER_DRV, F_OK))
-		SKIP(return, "p2pbuf_importer is not loaded");
+		SKIP(return, "p2pbuf_dma is not loaded");
 	why = exporter_ready(_metadata, self->gpu, sizeof(self->gpu), &self->p2p, NULL);
 	if (why)
 		SKIP(return, "%s", why);
 	r = ensure_bound(IMPORTER_DRV, self->edu);
-	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_importer: %s", self->edu, strerror(-r));
+	ASSERT_EQ(0, r) TH_LOG("bind %s to p2pbuf_dma: %s", self->edu, strerror(-r));
 	self->dma = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	if (self->dma < 0)
 		SKIP(return, "no %s: %s", DMA_DEV, strerror(errno));
@@ -124,7 +124,7 @@ FIXTURE_SETUP(engine_races)
 	rnd_seed((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20));
 }
 
-FIXTURE_TEARDOWN(engine_races)
+FIXTURE_TEARDOWN(p2pbuf_dma_races)
 {
 	int st;
 
@@ -145,7 +145,7 @@ FIXTURE_TEARDOWN(engine_races)
  * fails with ENODEV, the buffers are back with the provider at once, close works, and after
  * binding again the engine copies correctly.
  */
-TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
+TEST_F_TIMEOUT(p2pbuf_dma_races, h3_unbind_engine_while_imported, 300)
 {
 	const size_t len = 1UL << 20;
 	int d1, d2, h1, h2, r, st = 0, done, fd;
@@ -157,17 +157,17 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 	d2 = p2pbuf_alloc_fd(self->p2p, len);
 	ASSERT_GE(d1, 0);
 	ASSERT_GE(d2, 0);
-	h1 = p2pbuf_engine_import(self->dma, d1);
+	h1 = dma_import(self->dma, d1);
 	if (h1 == -EOPNOTSUPP) {
 		close(d1);
 		close(d2);
 		SKIP(return, "the exporter refuses the engine: no peer-to-peer path in this topology");
 	}
 	ASSERT_GT(h1, 0) TH_LOG("import: %s", strerror(-h1));
-	h2 = p2pbuf_engine_import(self->dma, d2);
+	h2 = dma_import(self->dma, d2);
 	ASSERT_GT(h2, 0) TH_LOG("import: %s", strerror(-h2));
 	/* The attachments are mapped and the engine has used them. */
-	EXPECT_EQ(256, p2pbuf_engine_copy(self->dma, h1, h2, 256));
+	EXPECT_EQ(256, dma_copy(self->dma, h1, h2, 256));
 	close(d1);
 	close(d2);
 	f_mid = provider_free(self->p2p);
@@ -191,13 +191,13 @@ TEST_F_TIMEOUT(engine_races, h3_unbind_engine_while_imported, 300)
 	ksft_print_msg("engine unbound in %.2f s with 2 device-memory buffers imported\n",
 		       now() - tu);
 	if (self->dma >= 0) {
-		EXPECT_EQ(-ENODEV, p2pbuf_engine_copy(self->dma, h1, h2, 16));
-		r = p2pbuf_engine_release(self->dma, h1);
+		EXPECT_EQ(-ENODEV, dma_copy(self->dma, h1, h2, 16));
+		r = dma_release(self->dma, h1);
 		ksft_print_msg("RELEASE of a handle after the unbind: %s\n", r ? strerror(-r) : "0");
 		EXPECT_EQ(-ENODEV, r) TH_LOG("RELEASE: %s", strerror(-r));
 		fd = p2pbuf_alloc_fd(self->p2p, PAGE);
 		ASSERT_GE(fd, 0);
-		EXPECT_EQ(-ENODEV, p2pbuf_engine_import(self->dma, fd));
+		EXPECT_EQ(-ENODEV, dma_import(self->dma, fd));
 		close(fd);
 	}
 	/* The imports let the buffers go at unbind: the memory is back before the file closes. */
@@ -265,8 +265,8 @@ static void *h3_importer(void *p)
 				close(b);
 			continue;
 		}
-		ha = p2pbuf_engine_import(dma, a);
-		hb = p2pbuf_engine_import(dma, b);
+		ha = dma_import(dma, a);
+		hb = dma_import(dma, b);
 		for (int i = 0; i < 2; i++) {
 			int h = i ? hb : ha;
 
@@ -280,7 +280,7 @@ static void *h3_importer(void *p)
 			}
 		}
 		if (ha > 0 && hb > 0 && rnd() % 2) {
-			long n = p2pbuf_engine_copy(dma, ha, hb, 64);
+			long n = dma_copy(dma, ha, hb, 64);
 
 			if (n == 64) {
 				l->copies++;
@@ -297,7 +297,7 @@ static void *h3_importer(void *p)
 
 				if (h <= 0)
 					continue;
-				r = p2pbuf_engine_release(dma, h);
+				r = dma_release(dma, h);
 				if (r == 0 || r == -ENOENT || r == -ENODEV)
 					l->releases++;
 				else
@@ -322,7 +322,7 @@ static void *h3_importer(void *p)
  * 20 cycles). Every call fails only with a documented errno, every unbind returns in time,
  * all memory comes back, the engine works afterwards.
  */
-TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
+TEST_F_TIMEOUT(p2pbuf_dma_races, h3_import_loop_vs_engine_unbind, 400)
 {
 	struct h3_loop l = { .p2p = self->p2p };
 	unsigned long late = 0, bad_unbind = 0;
@@ -333,12 +333,12 @@ TEST_F_TIMEOUT(engine_races, h3_import_loop_vs_engine_unbind, 400)
 	/* Is there a path between the engine and device memory here at all? */
 	fd = p2pbuf_alloc_fd(self->p2p, PAGE);
 	ASSERT_GE(fd, 0);
-	h = p2pbuf_engine_import(self->dma, fd);
+	h = dma_import(self->dma, fd);
 	close(fd);
 	if (h == -EOPNOTSUPP)
 		SKIP(return, "the exporter refuses the engine: no peer-to-peer path here");
 	ASSERT_GT(h, 0);
-	EXPECT_EQ(0, p2pbuf_engine_release(self->dma, h));
+	EXPECT_EQ(0, dma_release(self->dma, h));
 	ASSERT_EQ(0, pthread_create(&t, NULL, h3_importer, &l));
 	for (cycles = 0; cycles < 20 && (cycles < 3 || now() - t0 < races_s()); cycles++) {
 		int c = cycles, st = 0, done;

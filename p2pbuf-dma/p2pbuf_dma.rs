@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! p2pbuf importer: a PCI DMA engine that imports dma-buf fds and copies between them.
+//! p2pbuf-dma: a PCI DMA engine that imports dma-buf fds and copies between them.
 //!
 //! What FPGA drivers did with `nvidia_p2p_get_pages()` and `nvidia_p2p_dma_map_pages()`, done
 //! with dma-buf: the engine (in the lab, QEMU's `edu` device standing in for an FPGA) attaches
@@ -9,8 +9,8 @@
 //! or the host bridge), system memory (udmabuf), or one of each. Exporters may move or revoke
 //! a buffer at any time; the engine never transfers to an address that is no longer mapped.
 //!
-//! Userspace uses the root-only misc device `/dev/p2pbuf-dma` (ioctls in the DMA engine
-//! section of `include/uapi/linux/p2pbuf.h`): IMPORT an fd to get a handle, COPY between
+//! Userspace uses the root-only misc device `/dev/p2pbuf-dma` (ioctls in
+//! `include/uapi/linux/p2pbuf-dma.h`): IMPORT an fd to get a handle, COPY between
 //! handles, RELEASE a handle (or close the file).
 //!
 //! Layout: [`driver`] (the PCI driver), [`edu`] (the device's registers and transfers),
@@ -32,14 +32,12 @@ mod edu;
 mod engine;
 mod import;
 mod uapi;
-#[path = "../exporter-kmod/uapi_arg.rs"]
-mod uapi_arg;
 
 use engine::Engine;
 
 module! {
-    type: P2pbufImporter,
-    name: "p2pbuf_importer",
+    type: P2pbufDma,
+    name: "p2pbuf_dma",
     authors: ["p2pbuf developers"],
     description: "A PCI DMA engine importing dma-buf fds",
     license: "GPL",
@@ -54,14 +52,14 @@ kernel::sync::global_lock! {
 
 /// The module: the misc device and the PCI driver.
 #[pin_data]
-struct P2pbufImporter {
+struct P2pbufDma {
     #[pin]
     _misc: MiscDeviceRegistration<DmaFile>,
     #[pin]
     _pci: kdriver::Registration<pci::Adapter<driver::Driver>>,
 }
 
-impl kernel::InPlaceModule for P2pbufImporter {
+impl kernel::InPlaceModule for P2pbufDma {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: Called exactly once, before anything can use `ENGINE`.
         unsafe { ENGINE.init() };
@@ -69,7 +67,7 @@ impl kernel::InPlaceModule for P2pbufImporter {
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions {
                 name: c"p2pbuf-dma"
             }),
-            _pci <- kdriver::Registration::new(c"p2pbuf_importer", module),
+            _pci <- kdriver::Registration::new(c"p2pbuf_dma", module),
         })
     }
 }
@@ -88,7 +86,7 @@ impl DmaFile {
     }
 
     fn import(&self, arg: usize) -> Result<isize> {
-        let (mut a, size) = uapi::read_arg::<uapi::Import>(arg)?;
+        let (mut a, size) = uapi::read_arg::<uapi::p2pbuf_dma_import>(arg)?;
         if a.flags != 0 {
             return Err(EINVAL);
         }
@@ -102,7 +100,7 @@ impl DmaFile {
     }
 
     fn release(&self, arg: usize) -> Result<isize> {
-        let (a, _) = uapi::read_arg::<uapi::Release>(arg)?;
+        let (a, _) = uapi::read_arg::<uapi::p2pbuf_dma_release>(arg)?;
         if a.flags != 0 || a.reserved != 0 {
             return Err(EINVAL);
         }
@@ -111,7 +109,7 @@ impl DmaFile {
     }
 
     fn copy(&self, arg: usize) -> Result<isize> {
-        let (mut a, size) = uapi::read_arg::<uapi::Copy>(arg)?;
+        let (mut a, size) = uapi::read_arg::<uapi::p2pbuf_dma_copy>(arg)?;
         if a.flags != 0 {
             return Err(EINVAL);
         }
@@ -142,9 +140,9 @@ impl MiscDevice for DmaFile {
 
     fn ioctl(this: &Self, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         match cmd {
-            uapi::IOCTL_IMPORT => this.import(arg),
-            uapi::IOCTL_RELEASE => this.release(arg),
-            uapi::IOCTL_COPY => this.copy(arg),
+            uapi::P2PBUF_DMA_IOCTL_IMPORT => this.import(arg),
+            uapi::P2PBUF_DMA_IOCTL_RELEASE => this.release(arg),
+            uapi::P2PBUF_DMA_IOCTL_COPY => this.copy(arg),
             _ => Err(ENOTTY),
         }
     }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * p2pbuf importer: the DMA engine (QEMU's edu device, the FPGA stand-in) behind
+ * p2pbuf-dma: the DMA engine (QEMU's edu device, the FPGA stand-in) behind
  * /dev/p2pbuf-dma imports dma-buf fds and copies between them, verified byte for byte:
  * system memory (udmabuf) to system memory at sizes from 1 byte up and unaligned offsets,
  * every documented error, and, when the exporter's /dev/p2pbuf is there, device memory to
@@ -11,7 +11,7 @@
  * 256 KiB unless the kernel command line says p2pbuf.importer_max_kib=N (cargo xtask test
  * --append p2pbuf.importer_max_kib=N).
  *
- * The test loads p2pbuf_importer (and p2pbuf_exporter) from /lib/modules/p2pbuf if they are
+ * The test loads p2pbuf_dma (and p2pbuf_exporter) from /lib/modules/p2pbuf if they are
  * not loaded, and unloads what it loaded when it ends.
  */
 #include <dirent.h>
@@ -33,16 +33,17 @@
 
 #include "kselftest_harness.h"
 
-#if __has_include("uapi/linux/p2pbuf.h")
+#if __has_include("uapi/linux/p2pbuf-dma.h")
 #include "uapi/linux/p2pbuf.h"
+#include "uapi/linux/p2pbuf-dma.h"
 #include "p2pbuf_test.h"
 #endif
 
 #ifndef P2PBUF_DMA_IOCTL_COPY
 
-TEST(importer_uapi)
+TEST(p2pbuf_dma_uapi)
 {
-	SKIP(return, "uapi/linux/p2pbuf.h has no DMA engine section");
+	SKIP(return, "no uapi/linux/p2pbuf-dma.h");
 }
 
 #else
@@ -51,17 +52,17 @@ TEST(importer_uapi)
 #define DMA_DEV "/dev/p2pbuf-dma"
 
 /* Modules this test loaded, to unload when it ends. */
-static int loaded_importer, loaded_exporter;
+static int loaded_dma, loaded_exporter;
 
 __attribute__((constructor)) static void load_modules(void)
 {
 	loaded_exporter = p2pbuf_load_module("p2pbuf_exporter");
-	loaded_importer = p2pbuf_load_module("p2pbuf_importer");
+	loaded_dma = p2pbuf_load_module("p2pbuf_dma");
 }
 
 __attribute__((destructor)) static void unload_modules(void)
 {
-	p2pbuf_unload_module("p2pbuf_importer", loaded_importer);
+	p2pbuf_unload_module("p2pbuf_dma", loaded_dma);
 	p2pbuf_unload_module("p2pbuf_exporter", loaded_exporter);
 }
 
@@ -100,7 +101,7 @@ static long copy_and_check(struct __test_metadata *_metadata, int dev, struct p2
 	fill(src, seed);
 	fill(dst, seed + 101);
 	t = now();
-	r = p2pbuf_engine_copy_args(dev, &a);
+	r = dma_copy_args(dev, &a);
 	t = now() - t;
 	if (r < 0) {
 		TH_LOG("copy %zu bytes %zu -> %zu: %s (copied %llu)", len, soff, doff,
@@ -172,7 +173,7 @@ static void *bg_copy_fn(void *arg)
 {
 	struct bg_copy *c = arg;
 
-	c->ret = p2pbuf_engine_copy_args(c->dev, &c->a);
+	c->ret = dma_copy_args(c->dev, &c->a);
 	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
@@ -209,16 +210,16 @@ FIXTURE_SETUP(importer)
 	self->a.fd = self->b.fd = self->a.memfd = self->b.memfd = -1;
 	self->dev = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	if (self->dev < 0)
-		SKIP(return, DMA_DEV ": %s (no edu device 1234:11e8, or p2pbuf_importer not loaded)",
+		SKIP(return, DMA_DEV ": %s (no edu device 1234:11e8, or p2pbuf_dma not loaded)",
 		     strerror(errno));
 	r = p2pbuf_udmabuf_alloc(&self->a, size);
 	if (r == -ENOENT)
 		SKIP(return, "no /dev/udmabuf");
 	ASSERT_EQ(0, r) TH_LOG("udmabuf: %s", strerror(-r));
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&self->b, size));
-	self->ha = p2pbuf_engine_import_out(self->dev, self->a.fd, NULL);
+	self->ha = dma_import_out(self->dev, self->a.fd, NULL);
 	ASSERT_GT(self->ha, 0) TH_LOG("import: %s", strerror(-self->ha));
-	self->hb = p2pbuf_engine_import_out(self->dev, self->b.fd, NULL);
+	self->hb = dma_import_out(self->dev, self->b.fd, NULL);
 	ASSERT_GT(self->hb, 0) TH_LOG("import: %s", strerror(-self->hb));
 }
 
@@ -241,7 +242,7 @@ TEST_F(importer, import_reports_the_buffer)
 	EXPECT_EQ(0600U, st.st_mode & 0777);
 	EXPECT_EQ(0U, st.st_uid);
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&c, 3 * PAGE));
-	h = p2pbuf_engine_import_out(self->dev, c.fd, &info);
+	h = dma_import_out(self->dev, c.fd, &info);
 	ASSERT_GT(h, 0);
 	EXPECT_NE(self->ha, h);
 	EXPECT_NE(self->hb, h);
@@ -251,7 +252,7 @@ TEST_F(importer, import_reports_the_buffer)
 	EXPECT_LE(info.nr_ranges, 3U);
 	/* The engine's PCI device is attached, and only while imported. */
 	EXPECT_EQ(1, attached_devices(c.fd));
-	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, h));
+	EXPECT_EQ(0, dma_release(self->dev, h));
 	EXPECT_EQ(0, attached_devices(c.fd));
 	p2pbuf_buf_free(&c);
 }
@@ -281,15 +282,15 @@ TEST_F(importer, copy_within_one_buffer)
 {
 	fill(&self->a, 5);
 	/* Disjoint ranges of one buffer are fine, in both orders. */
-	EXPECT_EQ((long)PAGE, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->ha, 2 * PAGE + 1, PAGE));
-	EXPECT_EQ(10L, p2pbuf_engine_copy_at(self->dev, self->ha, 5 * PAGE, self->ha, 10, 10));
+	EXPECT_EQ((long)PAGE, dma_copy_at(self->dev, self->ha, 0, self->ha, 2 * PAGE + 1, PAGE));
+	EXPECT_EQ(10L, dma_copy_at(self->dev, self->ha, 5 * PAGE, self->ha, 10, 10));
 	p2pbuf_cpu_access(&self->a, 1);
 	EXPECT_EQ(0, memcmp(self->a.map + 2 * PAGE + 1, self->a.map, 10));
 	p2pbuf_cpu_access(&self->a, 0);
 	/* Overlapping ranges are refused (the engine's window is no memmove). */
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->ha, 100, 200));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 100, self->ha, 0, 200));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->ha, 0, 1));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, self->ha, 100, 200));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 100, self->ha, 0, 200));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, self->ha, 0, 1));
 }
 
 TEST_F(importer, import_errors)
@@ -299,20 +300,20 @@ TEST_F(importer, import_errors)
 	int fd, memfd, r;
 
 	/* Not an fd, a closed fd: EBADF. */
-	EXPECT_EQ(-EBADF, p2pbuf_engine_import_out(self->dev, -1, NULL));
+	EXPECT_EQ(-EBADF, dma_import_out(self->dev, -1, NULL));
 	fd = dup(self->a.fd);
 	close(fd);
-	EXPECT_EQ(-EBADF, p2pbuf_engine_import_out(self->dev, fd, NULL));
+	EXPECT_EQ(-EBADF, dma_import_out(self->dev, fd, NULL));
 	/* Files that are not dma-bufs: EINVAL. */
 	memfd = memfd_create("not-a-dma-buf", MFD_CLOEXEC);
 	ASSERT_GE(memfd, 0);
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_import_out(self->dev, memfd, NULL));
+	EXPECT_EQ(-EINVAL, dma_import_out(self->dev, memfd, NULL));
 	close(memfd);
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_import_out(self->dev, self->dev, NULL));
+	EXPECT_EQ(-EINVAL, dma_import_out(self->dev, self->dev, NULL));
 	/* The same buffer again, through the same or another fd: EEXIST. */
-	EXPECT_EQ(-EEXIST, p2pbuf_engine_import_out(self->dev, self->a.fd, NULL));
+	EXPECT_EQ(-EEXIST, dma_import_out(self->dev, self->a.fd, NULL));
 	fd = dup(self->a.fd);
-	EXPECT_EQ(-EEXIST, p2pbuf_engine_import_out(self->dev, fd, NULL));
+	EXPECT_EQ(-EEXIST, dma_import_out(self->dev, fd, NULL));
 	close(fd);
 	/* Unknown flags. */
 	a.fd = self->a.fd;
@@ -343,8 +344,8 @@ TEST_F(importer, import_errors)
 	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IO(P2PBUF_IOCTL_MAGIC, 0x10), &a));
 	EXPECT_ERRNO(ENOTTY, ioctl(self->dev, _IOWR(P2PBUF_IOCTL_MAGIC, 0x10, big), &a));
 	/* After all that, a release and a new import work. */
-	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->ha));
-	r = p2pbuf_engine_import_out(self->dev, self->a.fd, NULL);
+	EXPECT_EQ(0, dma_release(self->dev, self->ha));
+	r = dma_import_out(self->dev, self->a.fd, NULL);
 	EXPECT_GT(r, 0);
 	self->ha = r;
 }
@@ -359,28 +360,28 @@ TEST_F(importer, copy_errors)
 	int hs;
 
 	/* Unknown handles. */
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(self->dev, 0, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(self->dev, self->ha, 0, 999999, 0, 1));
+	EXPECT_EQ(-ENOENT, dma_copy_at(self->dev, 0, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENOENT, dma_copy_at(self->dev, self->ha, 0, 999999, 0, 1));
 	/* Ranges past the end, on either side, and arithmetic overflow. */
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, size, self->hb, 0, 1));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, size - 1, 2));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, size + 1));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, ~0ULL, self->hb, 0, 2));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 2, ~0ULL));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 0));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, size, self->hb, 0, 1));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, self->hb, size - 1, 2));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, self->hb, 0, size + 1));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, ~0ULL, self->hb, 0, 2));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, self->hb, 2, ~0ULL));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, self->hb, 0, 0));
 	/* A smaller destination bounds the copy. */
 	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&small, PAGE));
-	hs = p2pbuf_engine_import_out(self->dev, small.fd, NULL);
+	hs = dma_import_out(self->dev, small.fd, NULL);
 	ASSERT_GT(hs, 0);
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, hs, 0, PAGE + 1));
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_at(self->dev, self->ha, 0, hs, 1, PAGE));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, hs, 0, PAGE + 1));
+	EXPECT_EQ(-EINVAL, dma_copy_at(self->dev, self->ha, 0, hs, 1, PAGE));
 	/* Unknown flags, bad pointers. */
 	a.flags = 1;
-	EXPECT_EQ(-EINVAL, p2pbuf_engine_copy_args(self->dev, &a));
+	EXPECT_EQ(-EINVAL, dma_copy_args(self->dev, &a));
 	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_COPY, (void *)8));
 	/* A released handle is unknown. */
-	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, hs));
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(self->dev, self->ha, 0, hs, 0, 1));
+	EXPECT_EQ(0, dma_release(self->dev, hs));
+	EXPECT_EQ(-ENOENT, dma_copy_at(self->dev, self->ha, 0, hs, 0, 1));
 	p2pbuf_buf_free(&small);
 }
 
@@ -392,8 +393,8 @@ TEST_F(importer, release_errors)
 	r.flags = 0;
 	r.reserved = 1;
 	EXPECT_ERRNO(EINVAL, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, &r));
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 0));
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, 999999));
+	EXPECT_EQ(-ENOENT, dma_release(self->dev, 0));
+	EXPECT_EQ(-ENOENT, dma_release(self->dev, 999999));
 	/* A size above the page size is E2BIG, even with a zero tail (the engine shares the
 	 * exporter's copy rules: exporter_1_uapi.c arg_size_is_capped_at_a_page). */
 	big = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -402,8 +403,8 @@ TEST_F(importer, release_errors)
 	big->handle = self->ha;
 	EXPECT_ERRNO(E2BIG, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, big));
 	munmap(big, 2 * PAGE);
-	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->ha));
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(self->dev, self->ha));
+	EXPECT_EQ(0, dma_release(self->dev, self->ha));
+	EXPECT_EQ(-ENOENT, dma_release(self->dev, self->ha));
 	EXPECT_ERRNO(EFAULT, ioctl(self->dev, P2PBUF_DMA_IOCTL_RELEASE, (void *)8));
 }
 
@@ -414,16 +415,16 @@ TEST_F(importer, handles_are_per_file_and_released_on_close)
 
 	ASSERT_GE(other, 0);
 	/* Another file does not see our handles, and may import the same buffer. */
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_copy_at(other, self->ha, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENOENT, p2pbuf_engine_release(other, self->ha));
-	h = p2pbuf_engine_import_out(other, self->a.fd, NULL);
+	EXPECT_EQ(-ENOENT, dma_copy_at(other, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENOENT, dma_release(other, self->ha));
+	h = dma_import_out(other, self->a.fd, NULL);
 	ASSERT_GT(h, 0);
 	EXPECT_EQ(2, attached_devices(self->a.fd));
 	/* Closing it detaches its buffers, and only those. */
 	close(other);
 	EXPECT_EQ(1, attached_devices(self->a.fd));
 	EXPECT_EQ(1, attached_devices(self->b.fd));
-	EXPECT_EQ(1L, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(1L, dma_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
 }
 
 TEST_F(importer, timeout)
@@ -434,7 +435,7 @@ TEST_F(importer, timeout)
 	};
 
 	/* A transfer takes the model 100 ms: 1 ms is too short. */
-	EXPECT_EQ(-ETIMEDOUT, p2pbuf_engine_copy_args(self->dev, &a));
+	EXPECT_EQ(-ETIMEDOUT, dma_copy_args(self->dev, &a));
 	EXPECT_EQ(0ULL, a.copied);
 	EXPECT_EQ(1U, a.nr_transfers);
 	/* The engine is usable again afterwards. */
@@ -461,7 +462,7 @@ TEST_F_TIMEOUT(importer, timeout_turns_bus_mastering_off, 60)
 	char name[64];
 	pthread_t t;
 
-	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_dma", name, sizeof(name)));
 	ASSERT_EQ(1, bus_master(name));
 	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
 	while (!__atomic_load_n(&c.done, __ATOMIC_ACQUIRE)) {
@@ -551,10 +552,10 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	pthread_t t;
 	int fd, r;
 
-	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_dma", name, sizeof(name)));
 	ASSERT_EQ(0, pthread_create(&t, NULL, bg_copy_fn, &c));
 	usleep(700 * 1000);
-	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/unbind", name);
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_dma/unbind", name);
 	ASSERT_EQ(0, r) TH_LOG("unbind %s: %s", name, strerror(-r));
 	ASSERT_EQ(0, pthread_join(t, NULL));
 	TH_LOG("copy ended with %s after %llu bytes", c.ret < 0 ? strerror((int)-c.ret) : "success",
@@ -564,19 +565,19 @@ TEST_F_TIMEOUT(importer, unbind_mid_copy_and_rebind, 120)
 	/* Nothing is attached any more; the open file only gets ENODEV. */
 	EXPECT_EQ(0, attached_devices(self->a.fd));
 	EXPECT_EQ(0, attached_devices(self->b.fd));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_import_out(self->dev, self->a.fd, NULL));
+	EXPECT_EQ(-ENODEV, dma_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENODEV, dma_import_out(self->dev, self->a.fd, NULL));
 	EXPECT_ERRNO(ENODEV, open(DMA_DEV, O_RDWR));
 	/* Bound again, the engine serves new files. */
-	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/bind", name);
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_dma/bind", name);
 	ASSERT_EQ(0, r) TH_LOG("bind %s: %s", name, strerror(-r));
 	fd = open(DMA_DEV, O_RDWR | O_CLOEXEC);
 	ASSERT_GE(fd, 0);
 	close(self->dev);
 	self->dev = fd;
-	self->ha = p2pbuf_engine_import_out(self->dev, self->a.fd, NULL);
+	self->ha = dma_import_out(self->dev, self->a.fd, NULL);
 	ASSERT_GT(self->ha, 0);
-	self->hb = p2pbuf_engine_import_out(self->dev, self->b.fd, NULL);
+	self->hb = dma_import_out(self->dev, self->b.fd, NULL);
 	ASSERT_GT(self->hb, 0);
 	EXPECT_EQ(0, copy_and_check(_metadata, self->dev, &self->a, self->ha, 3, &self->b,
 				    self->hb, 5, 100, 7));
@@ -592,14 +593,14 @@ TEST_F(importer, release_after_unbind_is_enodev)
 	char name[64];
 	int r;
 
-	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_importer", name, sizeof(name)));
-	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/unbind", name);
+	ASSERT_EQ(0, p2pbuf_bound_device("/sys/bus/pci/drivers/p2pbuf_dma", name, sizeof(name)));
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_dma/unbind", name);
 	ASSERT_EQ(0, r) TH_LOG("unbind %s: %s", name, strerror(-r));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_release(self->dev, self->ha));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_release(self->dev, self->hb + 1000));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_import_out(self->dev, self->a.fd, NULL));
-	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_importer/bind", name);
+	EXPECT_EQ(-ENODEV, dma_release(self->dev, self->ha));
+	EXPECT_EQ(-ENODEV, dma_release(self->dev, self->hb + 1000));
+	EXPECT_EQ(-ENODEV, dma_copy_at(self->dev, self->ha, 0, self->hb, 0, 1));
+	EXPECT_EQ(-ENODEV, dma_import_out(self->dev, self->a.fd, NULL));
+	r = sysfs_write("/sys/bus/pci/drivers/p2pbuf_dma/bind", name);
 	ASSERT_EQ(0, r) TH_LOG("bind %s: %s", name, strerror(-r));
 }
 
@@ -636,13 +637,13 @@ FIXTURE_SETUP(devmem)
 	if (r == -ENOENT)
 		SKIP(return, "no /dev/udmabuf");
 	ASSERT_EQ(0, r);
-	self->h1 = p2pbuf_engine_import_out(self->dev, self->d1.fd, &self->info);
+	self->h1 = dma_import_out(self->dev, self->d1.fd, &self->info);
 	if (self->h1 == -EOPNOTSUPP)
 		SKIP(return, "the exporter refuses the engine: no peer-to-peer path in this topology");
 	ASSERT_GT(self->h1, 0) TH_LOG("import device memory: %s", strerror(-self->h1));
-	self->h2 = p2pbuf_engine_import_out(self->dev, self->d2.fd, NULL);
+	self->h2 = dma_import_out(self->dev, self->d2.fd, NULL);
 	ASSERT_GT(self->h2, 0);
-	self->hs = p2pbuf_engine_import_out(self->dev, self->s.fd, NULL);
+	self->hs = dma_import_out(self->dev, self->s.fd, NULL);
 	ASSERT_GT(self->hs, 0);
 }
 
@@ -684,7 +685,7 @@ TEST_F(devmem, import_reports_peer_to_peer)
 	if (topo && !strcmp(topo, "switch"))
 		EXPECT_EQ(P2PBUF_DMA_MAP_BUS_ADDR, self->info.map_type);
 	/* Released: the exporter lists no attachment any more. */
-	ASSERT_EQ(0, p2pbuf_engine_release(self->dev, self->h1));
+	ASSERT_EQ(0, dma_release(self->dev, self->h1));
 	self->h1 = 0;
 	memset(&a, 0, sizeof(a));
 	a.size = sizeof(a);
@@ -753,12 +754,12 @@ TEST_F_TIMEOUT(devmem, revoke_mid_copy, 300)
 	p2pbuf_cpu_access(&self->s, 0);
 	EXPECT_EQ(0UL, bad);
 	/* Every later use of the revoked buffer fails the same way; the others still work. */
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->h1, 0, self->hs, 0, 1));
-	EXPECT_EQ(-ENODEV, p2pbuf_engine_copy_at(self->dev, self->hs, 0, self->h1, 0, 1));
-	EXPECT_EQ(1L, p2pbuf_engine_copy_at(self->dev, self->h2, 0, self->hs, 0, 1));
+	EXPECT_EQ(-ENODEV, dma_copy_at(self->dev, self->h1, 0, self->hs, 0, 1));
+	EXPECT_EQ(-ENODEV, dma_copy_at(self->dev, self->hs, 0, self->h1, 0, 1));
+	EXPECT_EQ(1L, dma_copy_at(self->dev, self->h2, 0, self->hs, 0, 1));
 	/* Importing it again is refused; releasing the handle works. */
-	EXPECT_EQ(0, p2pbuf_engine_release(self->dev, self->h1));
-	r = p2pbuf_engine_import_out(self->dev, self->d1.fd, NULL);
+	EXPECT_EQ(0, dma_release(self->dev, self->h1));
+	r = dma_import_out(self->dev, self->d1.fd, NULL);
 	EXPECT_EQ(-ENODEV, r);
 }
 

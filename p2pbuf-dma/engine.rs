@@ -101,7 +101,7 @@ impl Engine {
     }
 
     /// Imports the dma-buf behind `fd` for `owner`.
-    pub(crate) fn import(&self, owner: u64, fd: i32, out: &mut uapi::Import) -> Result {
+    pub(crate) fn import(&self, owner: u64, fd: i32, out: &mut uapi::p2pbuf_dma_import) -> Result {
         let buf = DmaBuf::get(fd)?;
         let mut st = self.state.lock();
         if st.gone {
@@ -197,7 +197,7 @@ impl Engine {
     }
 
     /// Runs the copy `a` for `owner`; fills in `a.copied` and `a.nr_transfers`, also on error.
-    pub(crate) fn copy(&self, owner: u64, a: &mut uapi::Copy) -> Result {
+    pub(crate) fn copy(&self, owner: u64, a: &mut uapi::p2pbuf_dma_copy) -> Result {
         let (src, dst, active) = {
             let mut st = self.state.lock();
             if st.gone {
@@ -213,7 +213,7 @@ impl Engine {
             src_offset: a.src_offset,
             dst: &dst,
             dst_offset: a.dst_offset,
-            len: a.len.min(uapi::COPY_MAX),
+            len: a.len.min(u64::from(uapi::P2PBUF_DMA_COPY_MAX)),
             timeout_ms: if a.timeout_ms == 0 {
                 DEFAULT_TIMEOUT_MS
             } else {

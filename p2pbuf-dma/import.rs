@@ -136,15 +136,15 @@ impl Import {
 /// at its bus address or at an IOVA.
 fn classify(sgt: &SGTable, dev: &device::Device) -> u32 {
     let Some((addr, _)) = dma_ranges(sgt).next() else {
-        return uapi::MAP_UNKNOWN;
+        return uapi::P2PBUF_DMA_MAP_UNKNOWN;
     };
     let (phys, translated) = dma_to_phys(dev, addr);
     if is_system_ram(phys) {
-        uapi::MAP_HOST_MEMORY
+        uapi::P2PBUF_DMA_MAP_HOST_MEMORY
     } else if translated {
-        uapi::MAP_THRU_HOST_BRIDGE
+        uapi::P2PBUF_DMA_MAP_THRU_HOST_BRIDGE
     } else {
-        uapi::MAP_BUS_ADDR
+        uapi::P2PBUF_DMA_MAP_BUS_ADDR
     }
 }
 
