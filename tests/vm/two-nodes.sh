@@ -20,6 +20,14 @@
 #   its own (so neither allocation zeroes bytes the host checks); B fi_writes and fi_reads
 #   through it like the rdma_cm client; then fabtests (fi_rma_bw, fi_msg_pingpong) on host
 #   memory, A serving, B the client.
+# - UCX (Debian bookworm's 1.13.1, unmodified, over rc_verbs on rxe0): both nodes list rxe0's
+#   transports (ucx_info -d). A runs ucp-put-get (userspace/p2pbuf-peermem/c/ucp_put_get.c,
+#   a program written against UCP alone) on device memory: without libp2pbuf_peermem.so,
+#   ucp_mem_map of the p2pbuf mmap must fail (UCX's ibv_reg_mr; its errno is recorded); with
+#   LD_PRELOAD=libp2pbuf_peermem.so UCX's ibv_reg_mr becomes ibv_reg_dmabuf_mr, and A serves
+#   its worker address and rkey over TCP; B ucp_put_nbx()es the lab pattern into A's memory,
+#   which A verifies through its mmap (and the host in the backing file), and ucp_get_nbx()es
+#   it back; a check against the wrong seed must fail on both ends.
 # The nodes wait for each other over TCP on the link (busybox nc), each wait with a timeout:
 # A tells B its memory is registered (port 7491), B tells A it is done (port 7492).
 . /p2pbuf/lib.sh
@@ -47,6 +55,16 @@ FWRITES="4M:0:61 3M:13M:62"
 FREADS="4M:0:61 3M:13M:62"
 FWRONG="1M:0:62"
 FT_ARGS="-p verbs -e msg -S 65536 -I 20 -w 2"
+# UCX: ucp-put-get's port (A's server), its device memory and where it lands (UAT bytes of
+# the BAR are taken uninitialized first: past the rdma_cm and libfabric buffers, 64M + 16M
+# from 0, whose written bytes the host checks and a zeroing allocation would wipe), B's
+# puts (SIZE:OFFSET:SEED; each is read back, the first against seed + 1 too), the transports.
+UPORT=7510
+USIZE=8M
+UAT=96M
+UPUTS="1M:0:81 2M:5M:82"
+UCX_ENV="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1"
+PEERMEM=/p2pbuf/lib/libp2pbuf_peermem.so
 
 # say TEXT: tell the person (console) and the log (a KTAP diagnostic).
 say() {
@@ -191,6 +209,107 @@ fabric_reg() {
 		fail "$_name: exit $_rc errno ${_got:-none}, want exit 1, errno $_want and \"$_text\""
 	fi
 }
+# ucx_info_step: UCX's own listing of its devices must show rc_verbs and ud_verbs on rxe0:1.
+ucx_info_step() {
+	timeout 120 ucx_info -d >/tmp/ucx_info.txt 2>&1
+	_rc=$?
+	grep -E "Memory domain|Transport|Device" /tmp/ucx_info.txt | sed 's/^# */# /'
+	if [ $_rc -eq 0 ] && grep -q "Device: rxe0:1" /tmp/ucx_info.txt &&
+		grep -q "Transport: rc_verbs" /tmp/ucx_info.txt && grep -q "Transport: ud_verbs" /tmp/ucx_info.txt; then
+		ok "ucx_info -d lists rxe0:1 with rc_verbs and ud_verbs ($(timeout 60 ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -1))"
+	else
+		comment /tmp/ucx_info.txt
+		fail "ucx_info -d: exit $_rc, want rxe0:1 with rc_verbs and ud_verbs"
+	fi
+}
+# ucx_serve_steps: A's UCX part (see the top).
+ucx_serve_steps() {
+	say "UCX: ucp-put-get on device memory without the preload library ($UCX_ENV)"
+	# shellcheck disable=SC2086
+	env $UCX_ENV timeout 120 ucp-put-get serve --port $UPORT --size $USIZE --p2pbuf --at $UAT --timeout 60 >/tmp/ucx0.out 2>/tmp/ucx0.err
+	_rc=$?
+	comment /tmp/ucx0.out
+	comment /tmp/ucx0.err
+	_st=$(sed -n 's/^MEM_MAP_FAILED status=\(-*[0-9]*\).*/\1/p' /tmp/ucx0.out)
+	_e=$(sed -n 's/^MEM_MAP_FAILED .* errno=\([0-9]*\).*/\1/p' /tmp/ucx0.out)
+	# UCX's own message has the errno of the failed registration (%m): its text, without
+	# the '/' of "Remote I/O error", which the harness would read as a path.
+	_why=$(grep -m1 "ibv_reg_mr.* failed" /tmp/ucx0.err | sed 's/.*failed: *//; s|[/#]| |g')
+	if [ $_rc -eq 3 ] && [ -n "$_st" ]; then
+		ok "without the library: ucp_mem_map of $USIZE of A's device memory (its mmap) fails: UCS status $_st, errno ${_e:-none} on return, UCX says: ${_why:-nothing}"
+	else
+		fail "without the library: ucp-put-get serve exit $_rc, want 3 (ucp_mem_map failed)"
+	fi
+	say "UCX: ucp-put-get serve with LD_PRELOAD=$PEERMEM; B puts and gets"
+	# shellcheck disable=SC2086
+	env $UCX_ENV LD_PRELOAD=$PEERMEM P2PBUF_PEERMEM_DEBUG=1 timeout 600 ucp-put-get serve --port $UPORT --size $USIZE --p2pbuf --at $UAT --timeout $WAIT >/tmp/ucx.out 2>/tmp/ucx.err &
+	_srv=$!
+	wait_for /tmp/ucx.out "^listening on\|^MEM_MAP_FAILED" 120
+	_bar=$(sed -n 's/^memory: .* at BAR offset \(0x[0-9a-f]*\),.*/\1/p' /tmp/ucx.out)
+	if grep -q "^listening on" /tmp/ucx.out && grep -q "ibv_reg_dmabuf_mr(.*): registered" /tmp/ucx.err; then
+		ok "with LD_PRELOAD: ucp_mem_map of $USIZE of device memory at BAR offset $_bar: UCX's ibv_reg_mr became ibv_reg_dmabuf_mr ($(sed -n "s/.*UCP's memory type: \(.*\)/UCP's memory type \1/p" /tmp/ucx.out))"
+	else
+		comment /tmp/ucx.out
+		comment /tmp/ucx.err
+		fail "with LD_PRELOAD: ucp_mem_map of device memory through ibv_reg_dmabuf_mr, listening"
+	fi
+	wait $_srv
+	_rc=$?
+	comment /tmp/ucx.out
+	grep -i "ibv_reg\|ucx\|error\|warn" /tmp/ucx.err | head -40 | sed 's/^/# /'
+	_first=""
+	for _w in $UPUTS; do
+		# shellcheck disable=SC2046
+		set -- $(echo "$_w" | tr : ' ')
+		[ -n "$_first" ] || _first="$1 $2 $3"
+		if grep -q "^client: $(bytes $1) bytes at offset $(bytes $2) (seed $3): verified through the mapping" /tmp/ucx.out; then
+			ok "B's ucp_put_nbx of $1 at offset $2 (seed $3) verified through A's mmap of device memory"
+			[ -n "$_bar" ] && echo "# hostcheck target=gpu offset=$((_bar + $(bytes $2))) len=$(bytes $1) seed=$3"
+		else
+			fail "B's ucp_put_nbx of $1 at offset $2 (seed $3): not verified through the mmap (server exit $_rc)"
+		fi
+	done
+	# shellcheck disable=SC2086
+	set -- $_first
+	if grep -q "^client: $(bytes $1) bytes at offset $(bytes $2) (seed $(($3 + 1))): MISMATCH at offset $(bytes $2)$" /tmp/ucx.out &&
+		grep -q "^done: $(echo $UPUTS | wc -w) verified, 1 not" /tmp/ucx.out && [ $_rc -eq 0 ]; then
+		ok "UCX: the check of $1 at offset $2 against seed $(($3 + 1)) fails at its first byte, as it must; server exit 0"
+	else
+		fail "UCX: want the wrong-seed check to fail at $(bytes $2) and $(echo $UPUTS | wc -w) verified; got: $(grep '^done:' /tmp/ucx.out) (exit $_rc)"
+	fi
+}
+# ucx_client_steps: B's UCX part; sets $ucx for the report.
+ucx_client_steps() {
+	say "UCX: ucp-put-get client to $PEER:$UPORT ($UCX_ENV): $UPUTS"
+	# shellcheck disable=SC2086
+	env $UCX_ENV timeout 600 ucp-put-get client --server "$PEER:$UPORT" --timeout $WAIT $UPUTS >/tmp/ucxc.out 2>&1
+	_rc=$?
+	comment /tmp/ucxc.out
+	if grep -q "^# ep: .*rc_verbs.rxe0:1.*rma" /tmp/ucxc.out; then
+		ok "UCX chose rc_verbs on rxe0:1 for the endpoint's RMA lane (ucp_ep_print_info)"
+	else
+		fail "UCX: no RMA lane on rc_verbs and rxe0:1 in ucp_ep_print_info (exit $_rc)"
+	fi
+	_n=0
+	for _w in $UPUTS; do
+		# shellcheck disable=SC2046
+		set -- $(echo "$_w" | tr : ' ')
+		if grep -q "^ucp_put_nbx of $(bytes $1) bytes at offset $(bytes $2) (seed $3): done" /tmp/ucxc.out &&
+			grep -q "^ucp_get_nbx of $(bytes $1) bytes at offset $(bytes $2): the pattern of seed $3" /tmp/ucxc.out; then
+			ok "ucp_put_nbx of $1 at offset $2 (seed $3) into A's device memory, ucp_get_nbx back: the pattern ($(grep "^ucp_put_nbx of $(bytes $1) bytes at offset $(bytes $2)" /tmp/ucxc.out | sed 's/.*, //') put, $(grep "^ucp_get_nbx of $(bytes $1) bytes at offset $(bytes $2)" /tmp/ucxc.out | sed 's/.*, //') get)"
+			_n=$((_n + 1))
+		else
+			fail "ucp_put_nbx and ucp_get_nbx of $1 at offset $2 (seed $3) with A's device memory (exit $_rc)"
+		fi
+	done
+	if [ $_rc -eq 0 ] && grep -q "not the pattern from its first byte, here and on the server" /tmp/ucxc.out && grep -q "^OK" /tmp/ucxc.out; then
+		ok "UCX: the wrong-seed check fails here and on A, as it must (exit 0)"
+		ucx="UCX: $_n of $(echo $UPUTS | wc -w) put and get back"
+	else
+		fail "UCX: ucp-put-get client exit $_rc, want 0 with the wrong-seed check failing on both ends"
+		ucx="UCX: $_n of $(echo $UPUTS | wc -w) put and get back, the client FAILED (exit $_rc)"
+	fi
+}
 # kmemleak_step: as run-tests.sh's last test.
 kmemleak_step() {
 	kmemleak_leaks
@@ -205,8 +324,8 @@ kmemleak_clear
 load_modules || say "could not load the p2pbuf modules (see dmesg)"
 echo "KTAP version 1"
 case "$ROLE" in
-a) PLAN=29 ;;
-b) PLAN=19 ;;
+a) PLAN=35 ;;
+b) PLAN=24 ;;
 *)
 	echo "1..1"
 	echo "not ok 1 two-nodes # p2pbuf.node=$ROLE: want a or b"
@@ -232,6 +351,7 @@ else
 	exit 1
 fi
 fi_info_step
+ucx_info_step
 
 if [ "$ROLE" = a ]; then
 	# Node A: device memory, registered, served.
@@ -252,7 +372,7 @@ if [ "$ROLE" = a ]; then
 	fabric_reg "FI_MR_DMABUF with the length past the end (1M + 4k of 1M)" 22 "offset 0x0, length 1052672" --len 1052672
 	fabric_reg "FI_MR_DMABUF on a revoked buffer" 19 "No such device" --revoked
 	rm -f /tmp/b-report
-	timeout $((WAIT * 2)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
+	timeout $((WAIT * 3)) nc -l -p $DONE_PORT >/tmp/b-report 2>/dev/null &
 	done_nc=$!
 	if serve_bg /tmp/serve.txt 60 --port $PORT --mem p2pbuf --size $SIZE --clients $nclients --timeout $WAIT && grep -q "with ibv_reg_dmabuf_mr" /tmp/serve.txt; then
 		comment /tmp/serve.txt
@@ -357,6 +477,7 @@ if [ "$ROLE" = a ]; then
 			fail "fabtests ${t%% *} (server): exit $rc"
 		fi
 	done
+	ucx_serve_steps
 	say "waiting for B's report (port $DONE_PORT)"
 	wait $done_nc
 	if [ -s /tmp/b-report ]; then
@@ -435,7 +556,8 @@ for t in "fi_rma_bw -o write" "fi_msg_pingpong"; do
 		fail "fabtests ${t%% *} (client): exit $rc after $tries attempt(s)"
 	fi
 done
-report="$passed of $total RDMA operations verified (rdma_cm and libfabric), $wrong"
+ucx_client_steps
+report="$passed of $total RDMA operations verified (rdma_cm and libfabric), $wrong; $ucx"
 t0=$(date +%s)
 sent=0
 while [ $(($(date +%s) - t0)) -lt 60 ]; do

@@ -12,7 +12,7 @@ mod vm;
 
 // The stages' modules keep their own names at the crate root (`crate::kernel`, `crate::qemu`,
 // ...): the folders group them by stage, and the files moved without their paths changing.
-use build::{fabric, initramfs, kernel, modules, rdma_core, setup};
+use build::{fabric, initramfs, kernel, modules, rdma_core, setup, ucx};
 use judge::{boots, hostcheck, kcsan, ktap, kunit, suite};
 use series::{mail, patches};
 use vm::{nodes, qemu, vmrun};
@@ -106,6 +106,9 @@ enum Cmd {
     RdmaCore,
     /// Build libfabric 2.1 (Debian's source) against that rdma-core, with fabtests.
     Libfabric,
+    /// Stage UCX 1.13.1 (Debian bookworm's binary packages, unpacked) for the VM, and run
+    /// ucp-put-get between two processes on this host (UCX_TLS=tcp,self, host memory).
+    Ucx,
     /// Build rdma-core again with pyverbs and its tests/ (for the pyverbs boot).
     Pyverbs,
     /// Pack the initramfs: busybox, modules, tests, tools.
@@ -282,6 +285,7 @@ fn real_main(cli: Cli) -> Result<()> {
         Cmd::RdmaCore => rdma_core::rdma_core(&ctx),
         Cmd::Pyverbs => rdma_core::pyverbs(&ctx),
         Cmd::Libfabric => rdma_core::rdma_core(&ctx).and_then(|()| fabric::libfabric(&ctx)),
+        Cmd::Ucx => ucx::ucx(&ctx).and_then(|()| ucx::host_check(&ctx)),
         Cmd::Initramfs => initramfs::initramfs(&ctx).map(|_| ()),
         Cmd::Vm { build, vm, shell } => {
             let files = suite::build_all(&ctx, &build)?;
@@ -334,6 +338,7 @@ fn run_test(ctx: &Ctx, t: TestArgs) -> Result<()> {
         setup::setup(ctx)?;
         rdma_core::rdma_core(ctx)?;
         fabric::libfabric(ctx)?;
+        ucx::ucx(ctx)?;
         suite::host_tests(ctx)?;
     }
     suite::vm_tests(

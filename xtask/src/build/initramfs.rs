@@ -111,7 +111,7 @@ fn userspace_bins(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Resul
         let dest = Path::new(dir).join(name);
         copy_with_libs(root, &file, Some(&dest), Some(&stage_libs), seen)?;
     }
-    Ok(())
+    overlay_ucx(ctx, root, &out, seen)
 }
 
 /// Copies the trees `from` of the staging root `stage` into `to` of the initramfs `root`
@@ -203,6 +203,58 @@ fn overlay_libfabric(ctx: &Ctx, root: &Path, seen: &mut BTreeSet<PathBuf>) -> Re
     Ok(())
 }
 
+/// UCX from `cargo xtask ucx` (Debian bookworm's binaries): libucp, libuct, libucs, libucm and
+/// the transport modules (`ucx/libuct_ib.so`, ...) into /usr/lib/x86_64-linux-gnu, where UCX
+/// looks for its modules (beside libucs); `ucx_info`; the libraries they need that are not
+/// UCX's or rdma-core's (libnuma); and ucp-put-get, built against libucx-dev, into /p2pbuf/bin.
+fn overlay_ucx(ctx: &Ctx, root: &Path, out: &Path, seen: &mut BTreeSet<PathBuf>) -> Result<()> {
+    let ucx_lib = crate::ucx::lib_dir(ctx);
+    if !ucx_lib.join("ucx/libuct_ib.so.0").exists() {
+        bail!("UCX is not staged: run `cargo xtask ucx`");
+    }
+    let modules = ucx_lib.join("ucx");
+    let rdma_lib = crate::rdma_core::staging(ctx).join("usr/lib/x86_64-linux-gnu");
+    let staged: [&Path; 3] = [&ucx_lib, &modules, &rdma_lib];
+    let dest = root.join("usr/lib/x86_64-linux-gnu");
+    fs::create_dir_all(dest.join("ucx"))?;
+    run_step(
+        ctx,
+        "copy UCX",
+        "initramfs",
+        Command::new("sh").arg("-c").arg(format!(
+            "cp -a --remove-destination '{l}'/libuc*.so* '{d}'/ && cp -a --remove-destination '{l}'/ucx/*.so* '{d}'/ucx/",
+            l = ucx_lib.display(),
+            d = dest.display()
+        )),
+    )?;
+    // The libraries and modules are dlopen()ed or linked by name: their own closures.
+    for dir in [&ucx_lib, &modules] {
+        for e in fs::read_dir(dir)? {
+            let p = e?.path();
+            if p.is_file() && !p.is_symlink() && p.to_string_lossy().contains(".so.") {
+                copy_deps(root, &p, &staged, seen)?;
+            }
+        }
+    }
+    let info = crate::ucx::staging(ctx).join("usr/bin/ucx_info");
+    copy_with_staged_libs(
+        root,
+        &info,
+        Some(Path::new("usr/bin/ucx_info")),
+        &staged,
+        seen,
+    )?;
+    let prog = out.join(crate::ucx::PROGRAM);
+    run_step(
+        ctx,
+        &format!("cc {}", crate::ucx::PROGRAM_SRC),
+        "initramfs",
+        &mut crate::ucx::program_cc(ctx, &prog),
+    )?;
+    let rel = Path::new("p2pbuf/bin").join(crate::ucx::PROGRAM);
+    copy_with_staged_libs(root, &prog, Some(&rel), &staged, seen)
+}
+
 /// The packed initramfs of the context's kernel flavour (it carries that kernel's modules).
 pub fn initramfs_path(ctx: &Ctx) -> PathBuf {
     ctx.flavour_build().join("initramfs.cpio")
@@ -256,6 +308,17 @@ fn copy_with_staged_libs(
     seen: &mut BTreeSet<PathBuf>,
 ) -> Result<()> {
     copy_into(root, bin, dest_rel)?;
+    copy_deps(root, bin, stage_libs, seen)
+}
+
+/// Copies every library `bin` needs (its `ldd` closure) into `root`, but those of the staging
+/// roots' library directories `stage_libs` (copied as whole trees).
+fn copy_deps(
+    root: &Path,
+    bin: &Path,
+    stage_libs: &[&Path],
+    seen: &mut BTreeSet<PathBuf>,
+) -> Result<()> {
     let mut ldd = Command::new("ldd");
     ldd.arg(bin);
     if !stage_libs.is_empty() {

@@ -5,7 +5,7 @@
 use crate::qemu::{Mode, Topology, VmFiles};
 use crate::util::{file_name, file_stem, heading, Ctx, Flavour};
 use crate::{boots, fabric, hostcheck, initramfs, kcsan, kernel, ktap, kunit, modules, nodes};
-use crate::{rdma_core, setup};
+use crate::{rdma_core, setup, ucx};
 use crate::{vmrun, BuildOpts, VmOpts};
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -41,6 +41,7 @@ pub fn build_all(ctx: &Ctx, b: &BuildOpts) -> Result<VmFiles> {
     modules::modules(ctx, false)?;
     rdma_core::rdma_core(ctx)?;
     fabric::libfabric(ctx)?;
+    ucx::ucx(ctx)?;
     let initrd = initramfs::initramfs(ctx)?;
     Ok(VmFiles::new(ctx, kernel::bzimage(ctx), initrd, ""))
 }
@@ -68,6 +69,8 @@ pub fn host_tests(ctx: &Ctx) -> Result<()> {
     if !check.status()?.success() {
         bail!("userspace/scripts/install-check.sh failed (the preload library built against the system's rdma-core)");
     }
+    // Issue 29 item 4's program on this host: UCP put/get between two processes over tcp.
+    ucx::host_check(ctx)?;
     Ok(())
 }
 

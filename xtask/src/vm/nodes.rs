@@ -52,14 +52,14 @@ const NODES: [Node; 2] = [
         role: "a",
         ip: "10.0.3.1",
         mac: "52:54:00:00:0a:01",
-        what: "exports 64 MiB of its device memory, registers it with ibv_reg_dmabuf_mr, serves RDMA clients, verifies each write through its mmap; the same with 16 MiB through libfabric (fi_mr_regattr with FI_MR_DMABUF); fabtests servers",
+        what: "exports 64 MiB of its device memory, registers it with ibv_reg_dmabuf_mr, serves RDMA clients, verifies each write through its mmap; the same with 16 MiB through libfabric (fi_mr_regattr with FI_MR_DMABUF); fabtests servers; UCX (ucp-put-get): ucp_mem_map of device memory without the preload library (refused) and with it, verifies B's ucp_put_nbx through its mmap",
     },
     Node {
         name: "B",
         role: "b",
         ip: "10.0.3.2",
         mac: "52:54:00:00:0a:02",
-        what: "waits for A, RDMA-WRITEs patterns at several offsets into A's device memory, reads them back; then fi_write/fi_read through libfabric's verbs provider; fabtests clients",
+        what: "waits for A, RDMA-WRITEs patterns at several offsets into A's device memory, reads them back; then fi_write/fi_read through libfabric's verbs provider; fabtests clients; UCX over rc_verbs: ucp_put_nbx into A's device memory, ucp_get_nbx back",
     },
 ];
 
