@@ -257,10 +257,17 @@ TEST_F(verbs, fence_does_not_stall_a_qp)
 	int tl, fenced, after;
 	struct qp_pair p;
 	double t0, secs;
-	uint8_t *src, *map;
+	uint8_t *src, *map, saved[MSG];
 
 	mr = ibv_reg_dmabuf_mr(self->pd, 0, LEN, 0, self->fd, ACCESS);
 	ASSERT_NE(NULL, mr) TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	/*
+	 * What an earlier test left there for the host's check of the BAR at the end of the run
+	 * (the buffer is not zeroed, see the fixture): put back once the test is done.
+	 */
+	map = mmap(NULL, MSG, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, 0);
+	ASSERT_NE(MAP_FAILED, map) TH_LOG("mmap: %s", strerror(errno));
+	memcpy(saved, map, MSG);
 	src = malloc(MSG);
 	ASSERT_NE(NULL, src);
 	for (int i = 0; i < MSG; i++)
@@ -293,9 +300,8 @@ TEST_F(verbs, fence_does_not_stall_a_qp)
 	after = post_write(&p, src_mr, mr->rkey) ? -2 : poll_status(&p, FENCE_BOUND_S);
 	qp_pair_destroy(&p);
 	EXPECT_EQ(IBV_WC_SUCCESS, after) TH_LOG("after the fence: %s", wc_str(after));
-	map = mmap(NULL, MSG, PROT_READ, MAP_SHARED, self->fd, 0);
-	ASSERT_NE(MAP_FAILED, map) TH_LOG("mmap: %s", strerror(errno));
 	EXPECT_EQ(0, memcmp(map, src, MSG));
+	memcpy(map, saved, MSG);
 	munmap(map, MSG);
 	ibv_dereg_mr(src_mr);
 	free(src);

@@ -18,8 +18,9 @@ if [ ! -e /dev/p2pbuf ] || [ -z "$region" ] || ! mkdir -p $T ||
 	for i in 1 2 3 4 5; do ktap_skip "dmem cli $i" "no provider, no dmem controller or no cgroup2"; done
 	ktap_exit
 fi
-# in_cg CMD...: CMD run in the tenant cgroup.
-in_cg() { sh -c "echo \$\$ >$T/cgroup.procs && exec \"\$@\"" in_cg "$@"; }
+# in_cg CMD...: CMD run in the tenant cgroup (the shell joins it, then becomes CMD).
+IN_CG="echo \$\$ >$T/cgroup.procs && exec \"\$@\""
+in_cg() { sh -c "$IN_CG" in_cg "$@"; }
 
 logged /tmp/dm1.json in_cg p2pbuf --json info
 jq_check "info --json in a cgroup with dmem.max 1 MiB on $region: the cgroup, 0 used, the limit" \
@@ -32,7 +33,8 @@ ktap_check "info (text): a dmem cgroup line with the cgroup and the region" \
 	grep -q "dmem cgroup: /p2pbuf-cli (region $region)" /tmp/dm2.txt
 
 # 512 KiB held in the cgroup: its use, seen by another process of the cgroup.
-in_cg p2pbuf alloc --mem p2pbuf --size 512k --hold 60 >/tmp/dm_hold.txt 2>&1 &
+# sh itself in the background (not a function's subshell): $! is the holder's pid.
+sh -c "$IN_CG" in_cg p2pbuf alloc --mem p2pbuf --size 512k --hold 60 >/tmp/dm_hold.txt 2>&1 &
 holder=$!
 wait_for /tmp/dm_hold.txt "fd" 20
 logged /tmp/dm3.json in_cg p2pbuf --json info
