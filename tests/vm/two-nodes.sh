@@ -312,24 +312,24 @@ ucx_client_steps() {
 	else
 		fail "UCX: no RMA lane on rc_verbs and rxe0:1 in ucp_ep_print_info (exit $_rc)"
 	fi
-	_n=0
+	_puts=0
 	for _w in $UPUTS; do
 		# shellcheck disable=SC2046
 		set -- $(echo "$_w" | tr : ' ')
 		if grep -q "^ucp_put_nbx of $(bytes $1) bytes at offset $(bytes $2) (seed $3): done" /tmp/ucxc.out &&
 			grep -q "^ucp_get_nbx of $(bytes $1) bytes at offset $(bytes $2): the pattern of seed $3" /tmp/ucxc.out; then
 			ok "ucp_put_nbx of $1 at offset $2 (seed $3) into A's device memory, ucp_get_nbx back: the pattern ($(grep "^ucp_put_nbx of $(bytes $1) bytes at offset $(bytes $2)" /tmp/ucxc.out | sed 's/.*, //') put, $(grep "^ucp_get_nbx of $(bytes $1) bytes at offset $(bytes $2)" /tmp/ucxc.out | sed 's/.*, //') get)"
-			_n=$((_n + 1))
+			_puts=$((_puts + 1))
 		else
 			fail "ucp_put_nbx and ucp_get_nbx of $1 at offset $2 (seed $3) with A's device memory (exit $_rc)"
 		fi
 	done
 	if [ $_rc -eq 0 ] && grep -q "not the pattern from its first byte, here and on the server" /tmp/ucxc.out && grep -q "^OK" /tmp/ucxc.out; then
 		ok "UCX: the wrong-seed check fails here and on A, as it must (exit 0)"
-		ucx="UCX: $_n of $(echo $UPUTS | wc -w) put and get back"
+		ucx="UCX: $_puts of $(echo $UPUTS | wc -w) put and get back"
 	else
 		fail "UCX: ucp-put-get client exit $_rc, want 0 with the wrong-seed check failing on both ends"
-		ucx="UCX: $_n of $(echo $UPUTS | wc -w) put and get back, the client FAILED (exit $_rc)"
+		ucx="UCX: $_puts of $(echo $UPUTS | wc -w) put and get back, the client FAILED (exit $_rc)"
 	fi
 }
 # kmemleak_step: as run-tests.sh's last test.
