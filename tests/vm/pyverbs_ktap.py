@@ -25,7 +25,7 @@ import unittest
 
 TESTS = os.environ.get('PYVERBS_TESTS_DIR', '/usr/share/doc/rdma-core/tests')
 
-# Failures that are not the series' doing: test id -> why (docs/rdma.md, "rdma-core's own
+# Failures that are not the series' doing: test id -> why (docs/pyverbs.md, "rdma-core's own
 # tests (pyverbs)"): each fails before the series' code is reached. They are reported as
 # "not ok ... # TODO known failure: <why>", so that they stay visible in every run
 # and a fix shows up as "ok ... # TODO".

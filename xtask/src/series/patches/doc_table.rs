@@ -1,4 +1,4 @@
-//! docs/abstractions.md's table of lines per patch, checked against the series in
+//! docs/series.md's table of lines per patch, checked against the series in
 //! linux/series: a patch added, dropped, moved between series or grown shows up as a failing
 //! host test that prints the table as it should be.
 
@@ -118,18 +118,18 @@ mod tests {
         assert_eq!((r.files, r.plus, r.minus), (1, 1, 0));
     }
 
-    /// The table in docs/abstractions.md is the series as it is in linux/series.
+    /// The table in docs/series.md is the series as it is in linux/series.
     #[test]
-    fn abstractions_md_table_matches_the_series() {
+    fn series_md_table_matches_the_series() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let doc = fs::read_to_string(root.join("docs/abstractions.md")).unwrap_or_default();
+        let doc = fs::read_to_string(root.join("docs/series.md")).unwrap_or_default();
         let want = series_rows(&root.join("linux/series")).unwrap_or_default();
         assert!(!want.is_empty(), "no patches under linux/series");
         let have = doc_rows(&doc);
         let table: Vec<String> = want.iter().map(Row::line).collect();
         assert!(
             have == want,
-            "docs/abstractions.md's lines-per-patch table does not match linux/series; it \
+            "docs/series.md's lines-per-patch table does not match linux/series; it \
              should read:\n{HEADER}\n|---|---|---|---|---|\n{}",
             table.join("\n")
         );
