@@ -2,10 +2,14 @@
 /*
  * An RC QP brought to RTS towards a peer QP on the same port (rxe loops back), for the verbs
  * tests of the lab: tests/selftests/verbs_dmabuf_mr.c and the peermem checker
- * (userspace/p2pbuf-peermem/c/verbs_rdma_write.c). Needs <infiniband/verbs.h> and <string.h>.
+ * (userspace/p2pbuf-peermem/c/verbs_rdma_write.c).
  */
 #ifndef P2PBUF_VERBS_QP_H
 #define P2PBUF_VERBS_QP_H
+
+#include <stdint.h>
+#include <string.h>
+#include <infiniband/verbs.h>
 
 /*
  * INIT, RTR towards (gid, dest), RTS; remote write and read allowed. @timeout is the local ACK
