@@ -191,7 +191,10 @@ macro_rules! sync_guard {
     };
 }
 
-sync_guard!(ReadGuard<'_>, sys::DMA_BUF_SYNC_END | sys::DMA_BUF_SYNC_READ);
+sync_guard!(
+    ReadGuard<'_>,
+    sys::DMA_BUF_SYNC_END | sys::DMA_BUF_SYNC_READ
+);
 
 /// Read-write access to a mapping; ends with
 /// `DMA_BUF_IOCTL_SYNC(END | READ | WRITE)`.
@@ -209,4 +212,3 @@ impl DerefMut for WriteGuard<'_, '_> {
         self.map.map.as_mut_slice()
     }
 }
-

@@ -111,10 +111,7 @@ pub fn program_cc(ctx: &Ctx, out: &Path) -> Command {
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-g0", "-Wall", "-Wextra", "-Werror"])
         .arg(format!("-I{}", staging(ctx).join("usr/include").display()))
-        .arg(format!(
-            "-I{}",
-            ctx.root.join("include").display()
-        ))
+        .arg(format!("-I{}", ctx.root.join("include").display()))
         .arg(format!("-I{}", ctx.root.join("tests/selftests").display()))
         .arg("-o")
         .arg(out)
