@@ -152,6 +152,32 @@ served_steps() {
 		fi
 	done
 }
+# served_wrong_read KIND LOG RC N SIZE:OFFSET:SEED: B's read expecting SEED where another
+# seed's pattern is, client N of A's server (KIND and LOG as served_steps; RC its exit status):
+# the server must report a mismatch at its first byte, count the N-1 clients before it verified
+# and this one failed, and exit 1.
+served_wrong_read() {
+	_kind=$1 _log=$2 _rc=$3 _nc=$4
+	# shellcheck disable=SC2046
+	set -- $(echo "$5" | tr : ' ')
+	if [ $_kind = rdma ]; then
+		_server=server _op="RDMA READ" _sz=".*" _z=""
+		_l=$(grep "^client $_nc " "$_log")
+	else
+		_server="libfabric server" _op=fi_read _sz="$(bytes $1) bytes" _z='$'
+		_l=$(grep "^client $_nc: " "$_log")
+	fi
+	if echo "$_l" | grep -q "$_op of $_sz at offset $(bytes $2) (seed $3): MISMATCH at offset $(bytes $2)$_z"; then
+		ok "B's $_op of $1 at offset $2 expecting seed $3 (another seed is there): the server reports a mismatch at its first byte"
+	else
+		fail "B's $_op expecting the wrong seed $3: want the server to report a mismatch at $(bytes $2); got: ${_l:-nothing}"
+	fi
+	if [ "$_rc" -eq 1 ] && grep -q "^done: $((_nc - 1)) client(s) verified, 1 failed" "$_log"; then
+		ok "$_server: $((_nc - 1)) clients verified, the wrong-seed read failed (exit 1, as it must)"
+	else
+		fail "$_server: want $((_nc - 1)) verified and 1 failed (exit 1); got: $(grep '^done:' "$_log") (exit $_rc)"
+	fi
+}
 # remote_op KIND OP SIZE OFFSET SEED: B's RDMA OP (write, read) of SIZE at OFFSET of A's
 # memory with the lab pattern of SEED, through KIND (rdma: p2pbuf's rdma_cm client; fabric:
 # p2pbuf-fabric); its output in /tmp/op.txt (as comments too); the client's exit status.
@@ -194,6 +220,25 @@ remote_ops() {
 			fail "$_name of $1 at offset $2 (seed $3) from A's device memory: exit $rc"
 		fi
 	done
+}
+# remote_wrong_read KIND SIZE:OFFSET:SEED: B's read (remote_op) expecting SEED where another
+# seed's pattern is: the client must exit 1, and both it and A's server report a mismatch
+# from its first byte. Its status: 0 when they did.
+remote_wrong_read() {
+	_kind=$1
+	# shellcheck disable=SC2046
+	set -- $(echo "$2" | tr : ' ')
+	_name="RDMA READ" _a="" _z=""
+	[ "$_kind" = fabric ] && _name=fi_read _a="^" _z='$'
+	remote_op "$_kind" read "$1" "$2" "$3"
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "${_a}read data is not the pattern from offset $(bytes $2)$_z" /tmp/op.txt &&
+		grep -q "${_a}server: not the pattern from offset $(bytes $2)$_z" /tmp/op.txt; then
+		ok "$_name of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
+		return 0
+	fi
+	fail "$_name of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
+	return 1
 }
 # fi_info_step: libfabric's own listing of the verbs provider must show rxe0.
 fi_info_step() {
@@ -452,40 +497,14 @@ if [ "$ROLE" = a ]; then
 	src=$?
 	comment /tmp/serve.txt
 	served_steps rdma /tmp/serve.txt "$BAR_OFF" "$WRITES" "$READS"
-	# shellcheck disable=SC2046
-	set -- $(echo "$WRONG" | tr : ' ')
-	l=$(grep "^client $nclients " /tmp/serve.txt)
-	want="RDMA READ of .* at offset $(bytes $2) (seed $3): MISMATCH at offset $(bytes $2)"
-	if echo "$l" | grep -q "$want"; then
-		ok "B's RDMA READ of $1 at offset $2 expecting seed $3 (another seed is there): the server reports a mismatch at its first byte"
-	else
-		fail "B's RDMA READ expecting the wrong seed $3: want the server to report a mismatch at $(bytes $2); got: ${l:-nothing}"
-	fi
-	if [ $src -eq 1 ] && grep -q "^done: $((nclients - 1)) client(s) verified, 1 failed" /tmp/serve.txt; then
-		ok "server: $((nclients - 1)) clients verified, the wrong-seed read failed (exit 1, as it must)"
-	else
-		fail "server: want $((nclients - 1)) verified and 1 failed (exit 1); got: $(grep '^done:' /tmp/serve.txt) (exit $src)"
-	fi
+	served_wrong_read rdma /tmp/serve.txt $src $nclients "$WRONG"
 	# libfabric: B's fi_writes and fi_reads, as the server saw them.
 	say "waiting for B's libfabric clients"
 	wait $fsrv
 	fsrc=$?
 	comment /tmp/fserve.txt
 	served_steps fabric /tmp/fserve.txt "$FBAR" "$FWRITES" "$FREADS"
-	# shellcheck disable=SC2046
-	set -- $(echo "$FWRONG" | tr : ' ')
-	nf=$(($(echo $FWRITES $FREADS | wc -w) + 1))
-	l=$(grep "^client $nf: " /tmp/fserve.txt)
-	if echo "$l" | grep -q "fi_read of $(bytes $1) bytes at offset $(bytes $2) (seed $3): MISMATCH at offset $(bytes $2)$"; then
-		ok "B's fi_read of $1 at offset $2 expecting seed $3: the server reports a mismatch at its first byte"
-	else
-		fail "B's fi_read expecting the wrong seed $3: want a mismatch at $(bytes $2); got: ${l:-nothing}"
-	fi
-	if [ $fsrc -eq 1 ] && grep -q "^done: $((nf - 1)) client(s) verified, 1 failed" /tmp/fserve.txt; then
-		ok "libfabric server: $((nf - 1)) clients verified, the wrong-seed read failed (exit 1, as it must)"
-	else
-		fail "libfabric server: want $((nf - 1)) verified and 1 failed (exit 1); got: $(grep '^done:' /tmp/fserve.txt) (exit $fsrc)"
-	fi
+	served_wrong_read fabric /tmp/fserve.txt $fsrc $(($(echo $FWRITES $FREADS | wc -w) + 1)) "$FWRONG"
 	# fabtests on host memory: A serves, B connects (it retries until this one listens).
 	for t in "fi_rma_bw -o write" "fi_msg_pingpong"; do
 		say "fabtests: $t $FT_ARGS (server)"
@@ -532,32 +551,15 @@ passed=0
 total=0
 remote_ops rdma write "$WRITES"
 remote_ops rdma read "$READS"
-# shellcheck disable=SC2046
-set -- $(echo "$WRONG" | tr : ' ')
-remote_op rdma read "$1" "$2" "$3"
-rc=$?
-if [ $rc -eq 1 ] && grep -q "read data is not the pattern from offset $(bytes $2)" /tmp/op.txt &&
-	grep -q "server: not the pattern from offset $(bytes $2)" /tmp/op.txt; then
-	ok "RDMA READ of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
+if remote_wrong_read rdma "$WRONG"; then
 	wrong="the wrong-seed read reported on both ends"
 else
 	wrong="the wrong-seed read NOT reported as it must be"
-	fail "RDMA READ of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
 fi
 # libfabric: fi_write and fi_read through p2pbuf-fabric into A's device memory.
 remote_ops fabric write "$FWRITES"
 remote_ops fabric read "$FREADS"
-# shellcheck disable=SC2046
-set -- $(echo "$FWRONG" | tr : ' ')
-remote_op fabric read "$1" "$2" "$3"
-rc=$?
-if [ $rc -eq 1 ] && grep -q "^read data is not the pattern from offset $(bytes $2)$" /tmp/op.txt &&
-	grep -q "^server: not the pattern from offset $(bytes $2)$" /tmp/op.txt; then
-	ok "fi_read of $1 at offset $2 expecting seed $3: not that pattern from its first byte, here and on A (exit 1)"
-else
-	fail "fi_read of $1 at offset $2 expecting the wrong seed $3: exit $rc, want 1 and a mismatch at $(bytes $2) on both ends"
-	wrong="$wrong; the libfabric wrong-seed read NOT reported"
-fi
+remote_wrong_read fabric "$FWRONG" || wrong="$wrong; the libfabric wrong-seed read NOT reported"
 # fabtests: A's server starts once its libfabric clients are done; retry until it listens.
 for t in "fi_rma_bw -o write" "fi_msg_pingpong"; do
 	t0=$(date +%s)
