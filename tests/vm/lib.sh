@@ -50,7 +50,9 @@ kmemleak_leaks() {
 	return 1
 }
 
-# KTAP helpers for the tests: each test script is a KTAP document of its own.
+# KTAP helpers for the tests: each test script is a KTAP document of its own. _n is the
+# counter of the results: only the ktap_* helpers assign it (xtask's host test
+# no_vm_script_assigns_the_ktap_counter fails on any other script under tests/vm that does).
 _n=0
 _failed=0
 ktap_plan() { echo "KTAP version 1"; echo "1..$1"; }
