@@ -43,7 +43,10 @@ impl<'a> ToCommit<'a> {
 /// would (`git mailinfo`, `git apply`, `git commit-tree`), but in a private index: the work
 /// tree, the index and the branches are left alone. The committer is `committer` (else
 /// xtask's own identity, which stays in the lab tree), with the author's date, so the same
-/// patches on the same base always give the same commits. Returns the new commits, in order.
+/// patches on the same base always give the same commits. `committer` is the sender of the
+/// series: it also takes the place of [`mail::SENDER_PLACEHOLDER`] in the patches (the `M:`
+/// of the MAINTAINERS entries they add), which the lab tree (`None`) keeps. Returns the new
+/// commits, in order.
 pub fn commit_patches(
     ctx: &Ctx,
     base: &str,
@@ -104,6 +107,12 @@ fn commit_patches_in(
         ) else {
             bail!("{name}: no From:, Subject: or Date: header");
         };
+        if let Some(me) = committer {
+            let diff = fs::read_to_string(&diff_file)?;
+            if diff.contains(mail::SENDER_PLACEHOLDER) {
+                fs::write(&diff_file, mail::fill_sender(&diff, me))?;
+            }
+        }
         if let Err(e) = output(git_ix()?.args(["apply", "--cached"]).arg(&diff_file)) {
             bail!(
                 "{name} does not apply to {base}{}: {e:#}",

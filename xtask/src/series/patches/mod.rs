@@ -11,6 +11,7 @@ mod check;
 #[cfg(test)]
 mod doc_table;
 mod export;
+mod maintainers;
 mod rdma_core;
 
 use crate::kernel::{apply_series, commit_patches, ToCommit};
@@ -86,19 +87,25 @@ fn stored_subject(ctx: &Ctx, file: &Path) -> Result<String> {
     mail::patch_subject(&info).with_context(|| format!("{}: no Subject:", file.display()))
 }
 
-/// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`).
-fn recipients(ctx: &Ctx, range: &str) -> Result<mail::Recipients> {
+/// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`), with
+/// the lab tree's MAINTAINERS (every series applied) as the sender sends it: `mpath`, a copy
+/// with the sender in the place of [`mail::SENDER_PLACEHOLDER`].
+fn recipients(ctx: &Ctx, range: &str, me: &Ident, mpath: &Path) -> Result<mail::Recipients> {
     let mbox = output(git(ctx)?.args(["format-patch", "--stdout", "--no-signature", range]))?;
     let ksrc = ctx.ksrc()?;
+    let maintainers = fs::read_to_string(ksrc.join("MAINTAINERS"))?;
+    fs::write(mpath, mail::fill_sender(&maintainers, me))?;
     let out = mail::pipe(
         Command::new("perl")
             .current_dir(&ksrc)
             .arg(ksrc.join("scripts/get_maintainer.pl"))
-            .args(["--no-rolestats", "--no-git", "--no-git-fallback"]),
+            .args(["--no-rolestats", "--no-git", "--no-git-fallback", "--mpath"])
+            .arg(mpath),
         &mbox,
     )
-    .context("scripts/get_maintainer.pl")?;
-    Ok(mail::parse_get_maintainer(&out))
+    .context("scripts/get_maintainer.pl");
+    let _ = fs::remove_file(mpath);
+    Ok(mail::parse_get_maintainer(&out?))
 }
 
 /// One series, emitted: where, its patch files, who gets it, what the checks found.
@@ -178,7 +185,9 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     })?;
     let tip = commits.last().context("no commits")?;
     let range = format!("{under}..{tip}");
-    let rcpt = recipients(ctx, &range).with_context(|| format!("{}: get_maintainer.pl", s.id()))?;
+    let mpath = out.join(format!(".MAINTAINERS-{}", s.id()));
+    let rcpt = recipients(ctx, &range, me, &mpath)
+        .with_context(|| format!("{}: get_maintainer.pl", s.id()))?;
     let dir = out.join(s.id());
     let mut fp = git(ctx)?;
     fp.args([
@@ -213,6 +222,16 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .replace("*** BLURB HERE ***", &body);
     fs::write(&cover, text)?;
     let patches = patch_files(&dir)?;
+    for f in &patches {
+        if fs::read_to_string(f)?.contains(mail::SENDER_PLACEHOLDER) {
+            bail!(
+                "{}: {} still has {} (the sender was not filled in)",
+                s.id(),
+                f.display(),
+                mail::SENDER_PLACEHOLDER
+            );
+        }
+    }
     if patches.len() != commits.len() {
         bail!(
             "{}: git format-patch wrote {} patches for {} commits",
@@ -282,6 +301,7 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
         export(ctx, &all, branch, &me)?;
         all = series::load(&ctx.root)?;
     }
+    maintainers::check(&all).context("the MAINTAINERS entries of the series")?;
     let api = api_users::check_series(&all)?;
     let list = |v: &[api_users::Found]| {
         v.iter()
