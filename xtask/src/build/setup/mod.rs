@@ -12,7 +12,7 @@ mod llvm;
 
 use crate::util::{heading, output, run_step, run_step_status, Ctx};
 use anyhow::{bail, Context, Result};
-pub use b4::{b4_bin, B4_VERSION};
+pub use b4::{b4_bin, b4_ready, B4_VERSION};
 pub use llvm::LLVM_MAJOR;
 use std::fs;
 use std::path::{Path, PathBuf};
