@@ -233,7 +233,7 @@ mod tests {
             "-m",
             "a: two\n\nWhy.\n\nLink: https://l\n",
         ]);
-        fs::write(tree.join("b.c"), "new\n").unwrap();
+        fs::write(tree.join("b.c"), "M:\t@SENDER@\n").unwrap();
         g(&["add", "b.c"]);
         g(&["commit", "-q", "-m", "b: add"]);
         let want = g(&["log", "--format=%T %an %ae %ad%n%B", "p2pbuf-base.."]);
@@ -283,6 +283,17 @@ mod tests {
             "a: two\n\nWhy.\n\nLink: https://l\nCc: stable@vger.kernel.org\nSigned-off-by: \
              Jane Sender <jane@kernel.org>\nJane Sender <jane@kernel.org>|Ann Author \
              <ann@kernel.org>\n"
+        );
+        // The lab keeps the sender's placeholder; the sender's emission fills it in.
+        assert_eq!(g(&["show", &format!("{tip}:b.c")]), "M:\t@SENDER@\n");
+        let second = [ToCommit {
+            file: &files[1],
+            trailers: &t,
+        }];
+        let c2 = commit_patches(&ctx, &commits[0], &second, Some(&me)).unwrap();
+        assert_eq!(
+            g(&["show", &format!("{}:b.c", c2[0])]),
+            "M:\tJane Sender <jane@kernel.org>\n"
         );
         // A patch that does not apply is named.
         let second_alone = [ToCommit {

@@ -58,8 +58,15 @@ fn as_sender<'a>(cmd: &'a mut Command, me: &Ident) -> &'a mut Command {
     cmd
 }
 
-/// Removes the worktree and the `b4/<series>` branches of `series`, where they exist.
+/// b4's own cache (its checks' results) for a run: beside the worktree, removed with it.
+fn b4_cache(wt: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.cache", wt.display()))
+}
+
+/// Removes the worktree, b4's cache and the `b4/<series>` branches of `series`, where they
+/// exist.
 fn clean(ctx: &Ctx, wt: &Path, series: &[&Emitted]) -> Result<()> {
+    let _ = fs::remove_dir_all(b4_cache(wt));
     if wt.exists() {
         let _ = output(git(ctx)?.args(["worktree", "remove", "--force"]).arg(wt));
         let _ = fs::remove_dir_all(wt);
@@ -134,7 +141,10 @@ fn check_one(b4: &Path, wt: &Path, e: &Emitted, me: &Ident) -> Result<B4Check> {
     ))?;
     let b4_wt = |args: &[&str]| {
         let mut c = Command::new(b4);
-        c.current_dir(wt).args(args).env("PATH", &path);
+        c.current_dir(wt)
+            .args(args)
+            .env("PATH", &path)
+            .env("XDG_CACHE_HOME", b4_cache(wt));
         as_sender(&mut c, me);
         c
     };
