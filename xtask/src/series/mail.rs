@@ -4,6 +4,17 @@
 use anyhow::{bail, Context, Result};
 use std::process::{Command, Stdio};
 
+/// What the stored patches have where the sender goes: the `M:` of the MAINTAINERS entries
+/// the series add (the project's people maintain what it adds; the subsystem's maintainers are
+/// at most `R:`, as they have not been asked). [`fill_sender`] puts the sender there at
+/// emission; the lab's tree keeps the placeholder.
+pub const SENDER_PLACEHOLDER: &str = "@SENDER@";
+
+/// `text` (a patch, or MAINTAINERS) with [`SENDER_PLACEHOLDER`] replaced by `sender`.
+pub fn fill_sender(text: &str, sender: &Ident) -> String {
+    text.replace(SENDER_PLACEHOLDER, &sender.to_string())
+}
+
 /// A person, as in `Name <mail>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ident {
@@ -302,6 +313,19 @@ mod tests {
             assert!(parse_ident(p).unwrap().is_placeholder(), "{p}");
         }
         assert!(!parse_ident("E <e@examples.com>").unwrap().is_placeholder());
+    }
+
+    #[test]
+    fn the_sender_fills_the_placeholder() {
+        let me = parse_ident("Jane Doe <jane@kernel.org>").unwrap();
+        let hunk = "+DMA BUFFER SHARING FRAMEWORK [RUST]\n+M:\t@SENDER@\n+R:\tA <a@b.org>\n";
+        let got = fill_sender(hunk, &me);
+        assert_eq!(
+            got,
+            "+DMA BUFFER SHARING FRAMEWORK [RUST]\n+M:\tJane Doe <jane@kernel.org>\n+R:\tA <a@b.org>\n"
+        );
+        assert!(!got.contains(SENDER_PLACEHOLDER));
+        assert_eq!(fill_sender("no placeholder\n", &me), "no placeholder\n");
     }
 
     #[test]

@@ -43,7 +43,10 @@ impl<'a> ToCommit<'a> {
 /// would (`git mailinfo`, `git apply`, `git commit-tree`), but in a private index: the work
 /// tree, the index and the branches are left alone. The committer is `committer` (else
 /// xtask's own identity, which stays in the lab tree), with the author's date, so the same
-/// patches on the same base always give the same commits. Returns the new commits, in order.
+/// patches on the same base always give the same commits. `committer` is the sender of the
+/// series: it also takes the place of [`mail::SENDER_PLACEHOLDER`] in the patches (the `M:`
+/// of the MAINTAINERS entries they add), which the lab tree (`None`) keeps. Returns the new
+/// commits, in order.
 pub fn commit_patches(
     ctx: &Ctx,
     base: &str,
@@ -104,6 +107,12 @@ fn commit_patches_in(
         ) else {
             bail!("{name}: no From:, Subject: or Date: header");
         };
+        if let Some(me) = committer {
+            let diff = fs::read_to_string(&diff_file)?;
+            if diff.contains(mail::SENDER_PLACEHOLDER) {
+                fs::write(&diff_file, mail::fill_sender(&diff, me))?;
+            }
+        }
         if let Err(e) = output(git_ix()?.args(["apply", "--cached"]).arg(&diff_file)) {
             bail!(
                 "{name} does not apply to {base}{}: {e:#}",
@@ -224,7 +233,7 @@ mod tests {
             "-m",
             "a: two\n\nWhy.\n\nLink: https://l\n",
         ]);
-        fs::write(tree.join("b.c"), "new\n").unwrap();
+        fs::write(tree.join("b.c"), "M:\t@SENDER@\n").unwrap();
         g(&["add", "b.c"]);
         g(&["commit", "-q", "-m", "b: add"]);
         let want = g(&["log", "--format=%T %an %ae %ad%n%B", "p2pbuf-base.."]);
@@ -274,6 +283,17 @@ mod tests {
             "a: two\n\nWhy.\n\nLink: https://l\nCc: stable@vger.kernel.org\nSigned-off-by: \
              Jane Sender <jane@kernel.org>\nJane Sender <jane@kernel.org>|Ann Author \
              <ann@kernel.org>\n"
+        );
+        // The lab keeps the sender's placeholder; the sender's emission fills it in.
+        assert_eq!(g(&["show", &format!("{tip}:b.c")]), "M:\t@SENDER@\n");
+        let second = [ToCommit {
+            file: &files[1],
+            trailers: &t,
+        }];
+        let c2 = commit_patches(&ctx, &commits[0], &second, Some(&me)).unwrap();
+        assert_eq!(
+            g(&["show", &format!("{}:b.c", c2[0])]),
+            "M:\tJane Sender <jane@kernel.org>\n"
         );
         // A patch that does not apply is named.
         let second_alone = [ToCommit {

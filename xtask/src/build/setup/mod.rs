@@ -3,13 +3,16 @@
 //! Debian packages through the system's apt (root or password-less sudo), `rust-src` through
 //! rustup, `bindgen-cli` through cargo into the cache, libclang 18 from its PyPI wheel into the
 //! cache, Clang/LLVM 18 (the kernel's compiler) from Debian trixie's packages unpacked into the
-//! cache, and the Linux 7.3 source from Debian's `linux-source-7.3`; both of the latter through a
-//! private apt configuration in the cache (the system's sources are never edited).
+//! cache and the Linux 7.3 source from Debian's `linux-source-7.3` (both of these through a
+//! private apt configuration in the cache: the system's sources are never edited), and b4 from
+//! PyPI, pinned, into a virtual environment in the cache (`b4` below).
 
+mod b4;
 mod llvm;
 
 use crate::util::{heading, output, run_step, run_step_status, Ctx};
 use anyhow::{bail, Context, Result};
+pub use b4::{b4_bin, b4_ready, B4_VERSION};
 pub use llvm::LLVM_MAJOR;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -30,6 +33,8 @@ pub const DEB_PACKAGES: &[&str] = &[
     "gcc",
     "libc6-dev",
     "python3",
+    // b4's virtual environment (`python3 -m venv`).
+    "python3-venv",
     "pciutils",
     "iproute2",
     "nvme-cli",
@@ -69,6 +74,7 @@ pub fn setup(ctx: &Ctx) -> Result<()> {
     bindgen(ctx)?;
     libclang(ctx)?;
     llvm::llvm(ctx)?;
+    b4::b4(ctx)?;
     heading(&format!("setup: Linux {KERNEL_SERIES} source"));
     kernel_source(ctx)?;
     Ok(())

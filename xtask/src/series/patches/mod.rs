@@ -6,11 +6,13 @@
 //! every step. `--update-from` first exports a kernel-tree branch back into the series.
 
 mod api_users;
+mod b4;
 mod build_each;
 mod check;
 #[cfg(test)]
 mod doc_table;
 mod export;
+mod maintainers;
 mod rdma_core;
 
 use crate::kernel::{apply_series, commit_patches, ToCommit};
@@ -86,19 +88,25 @@ fn stored_subject(ctx: &Ctx, file: &Path) -> Result<String> {
     mail::patch_subject(&info).with_context(|| format!("{}: no Subject:", file.display()))
 }
 
-/// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`).
-fn recipients(ctx: &Ctx, range: &str) -> Result<mail::Recipients> {
+/// `get_maintainer.pl` on the series' patches (read from `git format-patch --stdout`), with
+/// the lab tree's MAINTAINERS (every series applied) as the sender sends it: `mpath`, a copy
+/// with the sender in the place of [`mail::SENDER_PLACEHOLDER`].
+fn recipients(ctx: &Ctx, range: &str, me: &Ident, mpath: &Path) -> Result<mail::Recipients> {
     let mbox = output(git(ctx)?.args(["format-patch", "--stdout", "--no-signature", range]))?;
     let ksrc = ctx.ksrc()?;
+    let maintainers = fs::read_to_string(ksrc.join("MAINTAINERS"))?;
+    fs::write(mpath, mail::fill_sender(&maintainers, me))?;
     let out = mail::pipe(
         Command::new("perl")
             .current_dir(&ksrc)
             .arg(ksrc.join("scripts/get_maintainer.pl"))
-            .args(["--no-rolestats", "--no-git", "--no-git-fallback"]),
+            .args(["--no-rolestats", "--no-git", "--no-git-fallback", "--mpath"])
+            .arg(mpath),
         &mbox,
     )
-    .context("scripts/get_maintainer.pl")?;
-    Ok(mail::parse_get_maintainer(&out))
+    .context("scripts/get_maintainer.pl");
+    let _ = fs::remove_file(mpath);
+    Ok(mail::parse_get_maintainer(&out?))
 }
 
 /// One series, emitted: where, its patch files, who gets it, what the checks found.
@@ -110,6 +118,8 @@ struct Emitted {
     to: usize,
     cc: usize,
     checks: Vec<PatchCheck>,
+    /// The cover letter as b4 keeps it: subject, blank line, body.
+    cover: String,
 }
 
 fn patch_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -121,16 +131,25 @@ fn patch_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// Emits series `i` into `out/<N>-<name>/` and checks it.
-///
-/// Over 100 lines for now: what `b4 prep`/`b4 send -o` would do for one series (commits,
-/// trailers, recipients, cover letter, format-patch, checks); restructured with the b4
-/// migration of issue 30, item 5, rather than twice.
-fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<Emitted> {
-    let s = &all[i];
-    if s.patches.is_empty() {
-        bail!("{} has no patches", s.dir.display());
+/// Refuses emitted patch files that still have [`mail::SENDER_PLACEHOLDER`].
+fn refuse_placeholder(files: &[PathBuf]) -> Result<()> {
+    for f in files {
+        if fs::read_to_string(f)?.contains(mail::SENDER_PLACEHOLDER) {
+            bail!(
+                "{} still has {} (the sender was not filled in)",
+                f.display(),
+                mail::SENDER_PLACEHOLDER
+            );
+        }
     }
+    Ok(())
+}
+
+/// The commits of series `i` as its sender sends them, on `p2pbuf-base` and the series it
+/// depends on: (the commit they go on, the series' commits). Each patch gets the sender's
+/// sign-off, and `Cc: stable` where the series is for stable and the patch says what it fixes.
+fn commit_series(ctx: &Ctx, all: &[Series], i: usize, me: &Ident) -> Result<(String, Vec<String>)> {
+    let s = &all[i];
     let needs = series::needs(all, i);
     let dep_files: Vec<PathBuf> = needs.iter().flat_map(|&j| all[j].patches.clone()).collect();
     let deps = ToCommit::each(&dep_files, &[]);
@@ -159,27 +178,26 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         })
         .collect();
     let commits = commit_patches(ctx, &under, &own, Some(me)).with_context(|| {
+        let on: Vec<String> = needs.iter().map(|&j| all[j].id()).collect();
         format!(
             "{} does not apply to {BASE}{}",
             s.id(),
-            if needs.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " + {}",
-                    needs
-                        .iter()
-                        .map(|&j| all[j].id())
-                        .collect::<Vec<_>>()
-                        .join(" + ")
-                )
-            }
+            on.iter().map(|d| format!(" + {d}")).collect::<String>()
         )
     })?;
-    let tip = commits.last().context("no commits")?;
-    let range = format!("{under}..{tip}");
-    let rcpt = recipients(ctx, &range).with_context(|| format!("{}: get_maintainer.pl", s.id()))?;
-    let dir = out.join(s.id());
+    Ok((under, commits))
+}
+
+/// `git format-patch` of `range` into `dir`, with its cover letter (`cover-letter.txt` of `s`:
+/// returned as (subject, body)) and recipients.
+fn format_series(
+    ctx: &Ctx,
+    s: &Series,
+    me: &Ident,
+    range: &str,
+    rcpt: &mail::Recipients,
+    dir: &Path,
+) -> Result<(String, String)> {
     let mut fp = git(ctx)?;
     fp.args([
         "format-patch",
@@ -200,7 +218,7 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
     for c in &rcpt.cc {
         fp.arg(format!("--cc={c}"));
     }
-    output(fp.arg("-o").arg(&dir).arg(&range))?;
+    output(fp.arg("-o").arg(dir).arg(range))?;
     let cover_src = s.dir.join("cover-letter.txt");
     let (subject, body) = series::parse_cover(
         &fs::read_to_string(&cover_src)
@@ -212,19 +230,24 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         .replace("*** SUBJECT HERE ***", &subject)
         .replace("*** BLURB HERE ***", &body);
     fs::write(&cover, text)?;
-    let patches = patch_files(&dir)?;
-    if patches.len() != commits.len() {
-        bail!(
-            "{}: git format-patch wrote {} patches for {} commits",
-            s.id(),
-            patches.len(),
-            commits.len()
-        );
-    }
+    Ok((subject, body))
+}
+
+/// checkpatch, kernel-doc and rustfmt on each emitted patch (`patches[k]` is `commits[k]`);
+/// warns about patches of other authors, who must sign them off themselves.
+fn check_series(
+    ctx: &Ctx,
+    id: &str,
+    patches: &[PathBuf],
+    commits: &[String],
+    range: &str,
+    me: &Ident,
+    out: &Path,
+) -> Result<Vec<PatchCheck>> {
     let ksrc = ctx.ksrc()?;
-    let tmp = out.join(format!(".check-{}", s.id()));
+    let tmp = out.join(format!(".check-{id}"));
     let mut checks = Vec::new();
-    for (f, c) in patches.iter().zip(&commits) {
+    for (f, c) in patches.iter().zip(commits) {
         let mut pc = PatchCheck {
             name: crate::util::file_name(f),
             ..PatchCheck::default()
@@ -235,21 +258,48 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         checks.push(pc);
     }
     let _ = fs::remove_dir_all(&tmp);
-    let authors = output(git(ctx)?.args(["log", "--format=%an <%ae>", &range]))?;
+    let authors = output(git(ctx)?.args(["log", "--format=%an <%ae>", range]))?;
     let mut others: Vec<&str> = authors.lines().filter(|a| *a != me.to_string()).collect();
     others.sort_unstable();
     others.dedup();
     for a in others {
         println!(
-            "    \x1b[33mwarning\x1b[0m: {}: patches by {a} go out with an in-body From: and \
-             need {a}'s own Signed-off-by before they are sent",
-            s.id()
+            "    \x1b[33mwarning\x1b[0m: {id}: patches by {a} go out with an in-body From: and \
+             need {a}'s own Signed-off-by before they are sent"
         );
     }
+    Ok(checks)
+}
+
+/// Emits series `i` into `out/<N>-<name>/` and checks it.
+fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<Emitted> {
+    let s = &all[i];
+    if s.patches.is_empty() {
+        bail!("{} has no patches", s.dir.display());
+    }
+    let (under, commits) = commit_series(ctx, all, i, me)?;
+    let tip = commits.last().context("no commits")?;
+    let range = format!("{under}..{tip}");
+    let mpath = out.join(format!(".MAINTAINERS-{}", s.id()));
+    let rcpt = recipients(ctx, &range, me, &mpath)
+        .with_context(|| format!("{}: get_maintainer.pl", s.id()))?;
+    let dir = out.join(s.id());
+    let (subject, body) = format_series(ctx, s, me, &range, &rcpt, &dir)?;
+    let patches = patch_files(&dir)?;
+    refuse_placeholder(&patches)?;
+    if patches.len() != commits.len() {
+        bail!(
+            "{}: git format-patch wrote {} patches for {} commits",
+            s.id(),
+            patches.len(),
+            commits.len()
+        );
+    }
+    let checks = check_series(ctx, &s.id(), &patches, &commits, &range, me, out)?;
     Ok(Emitted {
         id: s.id(),
         dir,
-        deps: needs
+        deps: series::needs(all, i)
             .iter()
             .map(|&j| out.join(all[j].id()))
             .flat_map(|d| patch_files(&d).unwrap_or_default())
@@ -258,31 +308,12 @@ fn emit(ctx: &Ctx, all: &[Series], i: usize, me: &Ident, out: &Path) -> Result<E
         to: rcpt.to.len(),
         cc: rcpt.cc.len(),
         checks,
+        cover: format!("{subject}\n\n{body}\n"),
     })
 }
 
-/// `cache_lock` is the cache's lock that `main` holds for this run: `--build-each` gives it up
-/// once it only uses its private worktree and build directory.
-///
-/// Over 100 lines for now: the driver of `cargo xtask patches`, the part that b4 is to take
-/// over (issue 30, item 5: cover letters, To/Cc, trailers, checks); restructured with that
-/// migration rather than twice.
-pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result<()> {
-    heading("patches: the kernel series, one per tree");
-    let me = signer(ctx, o.signoff.as_deref())?;
-    println!("    signed off by: {me}");
-    let mut all = series::load(&ctx.root)?;
-    if let Some(bad) = o.only.iter().find(|id| !all.iter().any(|s| &s.id() == *id)) {
-        bail!(
-            "--only {bad}: no such series (there are: {})",
-            all.iter().map(Series::id).collect::<Vec<_>>().join(", ")
-        );
-    }
-    if let Some(branch) = &o.update_from {
-        export(ctx, &all, branch, &me)?;
-        all = series::load(&ctx.root)?;
-    }
-    let api = api_users::check_series(&all)?;
+/// What the API check found, in a few lines.
+fn print_api(api: &api_users::Report) {
     let list = |v: &[api_users::Found]| {
         v.iter()
             .map(|f| f.item.as_str())
@@ -308,25 +339,31 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
     if !api.ok() {
         println!("    \x1b[33mwarning\x1b[0m: {}", api.failure().trim_end());
     }
-    // The lab tree (all series, in order) is also where get_maintainer.pl reads MAINTAINERS.
-    apply_series(ctx)?;
-    let _ = fs::remove_dir_all(&o.out);
-    fs::create_dir_all(&o.out)?;
-    let mut emitted = Vec::new();
-    for i in 0..all.len() {
-        emitted.push(emit(ctx, &all, i, &me, &o.out)?);
-    }
+}
+
+/// The table of the checks, a line per series (`b4 --check` S/W/E: b4's patches without a
+/// finding, warnings, errors; `-` where b4 did not run), each finding below it; returns the
+/// failures: checkpatch errors, new kernel-doc warnings, unformatted Rust, b4's errors.
+fn report(emitted: &[Emitted], b4: Result<&[b4::B4Check], &anyhow::Error>) -> Vec<String> {
     println!();
     println!(
-        "    {:<18} {:>7} {:>14} {:>15} {:>8} {:>4} {:>4}",
-        "series", "patches", "checkpatch E/W", "kernel-doc new", "rustfmt", "To", "Cc"
+        "    {:<18} {:>7} {:>14} {:>15} {:>8} {:>13} {:>4} {:>4}",
+        "series",
+        "patches",
+        "checkpatch E/W",
+        "kernel-doc new",
+        "rustfmt",
+        "b4 check S/W/E",
+        "To",
+        "Cc"
     );
     let mut failures = Vec::new();
-    for e in &emitted {
+    for (i, e) in emitted.iter().enumerate() {
         let sum = |f: fn(&PatchCheck) -> usize| e.checks.iter().map(f).sum::<usize>();
         let unformatted = sum(|c| c.unformatted.len());
+        let b4 = b4.ok().and_then(|v| v.get(i));
         println!(
-            "    {:<18} {:>7} {:>14} {:>15} {:>8} {:>4} {:>4}",
+            "    {:<18} {:>7} {:>14} {:>15} {:>8} {:>13} {:>4} {:>4}",
             e.id,
             e.patches.len(),
             format!("{}/{}", sum(|c| c.errors), sum(|c| c.warnings)),
@@ -336,6 +373,10 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
             } else {
                 format!("{unformatted} file(s)")
             },
+            b4.map_or("-".to_string(), |b| format!(
+                "{}/{}/{}",
+                b.success, b.warnings, b.errors
+            )),
             e.to,
             e.cc
         );
@@ -357,6 +398,52 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
                 failures.push(format!("{}/{}: {}", e.id, c.name, why.join("; ")));
             }
         }
+        if let Some(b) = b4 {
+            for d in &b.details {
+                println!("        {}: b4: {d}", e.id);
+            }
+            if b.errors > 0 {
+                failures.push(format!("{}: b4 prep --check: {} error(s)", e.id, b.errors));
+            }
+        }
+    }
+    failures
+}
+
+/// `cache_lock` is the cache's lock that `main` holds for this run: `--build-each` gives it up
+/// once it only uses its private worktree and build directory.
+pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result<()> {
+    heading("patches: the kernel series, one per tree");
+    let me = signer(ctx, o.signoff.as_deref())?;
+    println!("    signed off by: {me}");
+    let mut all = series::load(&ctx.root)?;
+    if let Some(bad) = o.only.iter().find(|id| !all.iter().any(|s| &s.id() == *id)) {
+        bail!(
+            "--only {bad}: no such series (there are: {})",
+            all.iter().map(Series::id).collect::<Vec<_>>().join(", ")
+        );
+    }
+    if let Some(branch) = &o.update_from {
+        export(ctx, &all, branch, &me)?;
+        all = series::load(&ctx.root)?;
+    }
+    maintainers::check(&all).context("the MAINTAINERS entries of the series")?;
+    let api = api_users::check_series(&all)?;
+    print_api(&api);
+    // The lab tree (all series, in order) is also where get_maintainer.pl reads MAINTAINERS.
+    apply_series(ctx)?;
+    let _ = fs::remove_dir_all(&o.out);
+    fs::create_dir_all(&o.out)?;
+    let mut emitted = Vec::new();
+    for i in 0..all.len() {
+        emitted.push(emit(ctx, &all, i, &me, &o.out)?);
+    }
+    let chosen: Vec<&Emitted> = emitted.iter().collect();
+    let b4 = b4::b4_checks(ctx, &chosen, &me);
+    let mut failures = report(&emitted, b4.as_ref().map(Vec::as_slice));
+    if let Err(e) = &b4 {
+        println!("    \x1b[33mwarning\x1b[0m: b4 prep --check did not run: {e:#}");
+        failures.push(format!("b4 prep --check did not run: {e:#}"));
     }
     println!();
     for e in &emitted {
@@ -393,7 +480,7 @@ pub fn patches(ctx: &Ctx, o: &PatchOpts, cache_lock: Option<fs::File>) -> Result
     );
     if !failures.is_empty() {
         bail!(
-            "the reviewers' checks fail on {} patch(es):\n  {}",
+            "the reviewers' checks fail ({}):\n  {}",
             failures.len(),
             failures.join("\n  ")
         );
