@@ -3,9 +3,10 @@
  * The in-tree user of the Rust dma-buf exporter: samples/rust/rust_dma_buf_exporter.rs (series
  * 4, last patch), bound to the lab's ivshmem device in place of p2pbuf_exporter. Its one ioctl
  * and every errno it documents, its refusal of a second device, data through the edu DMA engine
- * (p2pbuf_dma) into and out of its device memory, exhaustion and release, and the revoke on
- * unbind, with importers attached, with exports racing the unbind and with opens of its misc
- * device racing it. The device goes back to p2pbuf_exporter after every test.
+ * (p2pbuf_dma) into and out of its device memory, exhaustion and release, CPU access through
+ * mmap and DMA_BUF_IOCTL_SYNC (and the mappings it refuses), and the revoke on unbind, with
+ * importers attached, with a CPU mapping, with exports racing the unbind and with opens of its
+ * misc device racing it. The device goes back to p2pbuf_exporter after every test.
  *
  * Its name makes it run before p2pbuf_dma_large on the engine boot: exporting the whole BAR zeroes
  * it, which would wipe the pattern that p2pbuf_dma_large leaves there for the host's check of the
@@ -14,11 +15,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <linux/types.h>
 
@@ -65,6 +69,52 @@ static int sample_export(int dev, __u64 size, __u32 flags)
 	struct rust_dma_buf_exporter_export e = { .size = size, .flags = flags, .fd = -1 };
 
 	return ioctl(dev, RUST_DMA_BUF_EXPORTER_EXPORT, &e) ? -errno : e.fd;
+}
+
+/* DMA_BUF_IOCTL_SYNC of read/write access, start (start != 0) or end: 0 or -errno. */
+static int sample_sync(int fd, int start)
+{
+	struct dma_buf_sync s = {
+		.flags = (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END) | DMA_BUF_SYNC_RW,
+	};
+
+	return ioctl(fd, DMA_BUF_IOCTL_SYNC, &s) ? -errno : 0;
+}
+
+/*
+ * A shared read/write mapping of len bytes of dma-buf fd at offset: the address, or NULL with
+ * errno set.
+ */
+static uint8_t *sample_mmap(int fd, size_t len, off_t offset)
+{
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+
+	return m == MAP_FAILED ? NULL : m;
+}
+
+static sigjmp_buf probe_jmp;
+static volatile sig_atomic_t probe_sig;
+
+static void on_probe_fault(int sig)
+{
+	probe_sig = sig;
+	siglongjmp(probe_jmp, 1);
+}
+
+/* 0 if reading *p works, else the signal it raised (SIGBUS: a revoked mapping). */
+static int probe_read(const volatile uint8_t *p)
+{
+	struct sigaction sa = { .sa_handler = on_probe_fault }, bus, segv;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &bus);
+	sigaction(SIGSEGV, &sa, &segv);
+	probe_sig = 0;
+	if (sigsetjmp(probe_jmp, 1) == 0)
+		(void)*p;
+	sigaction(SIGBUS, &bus, NULL);
+	sigaction(SIGSEGV, &segv, NULL);
+	return probe_sig;
 }
 
 FIXTURE(sample)
@@ -321,6 +371,161 @@ TEST_F(sample, unbind_revokes)
 	close(engine);
 	close(fd);
 	p2pbuf_buf_free(&s);
+}
+
+/*
+ * CPU access: a fresh buffer maps as zeroes, what the CPU writes between DMA_BUF_IOCTL_SYNC
+ * start and end reads back, through the same mapping and through a second one at an offset
+ * (the fault handler inserts the page at the mapping's offset into the buffer).
+ */
+TEST_F(sample, mmap_and_sync)
+{
+	size_t len = 4 * PAGE, i, nonzero = 0, bad = 0;
+	uint8_t *m, *m2;
+	int fd;
+
+	fd = sample_export(self->dev, len, 0);
+	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
+	m = sample_mmap(fd, len, 0);
+	ASSERT_NE(NULL, m) TH_LOG("mmap: %s", strerror(errno));
+	for (i = 0; i < len; i++)
+		nonzero += m[i] != 0;
+	EXPECT_EQ(0UL, nonzero) TH_LOG("a new buffer maps stale data");
+
+	EXPECT_EQ(0, sample_sync(fd, 1));
+	for (i = 0; i < len; i++)
+		m[i] = (uint8_t)(i * 13 + 5) | 1;
+	EXPECT_EQ(0, sample_sync(fd, 0));
+	for (i = 0; i < len; i++)
+		bad += m[i] != ((uint8_t)(i * 13 + 5) | 1);
+	EXPECT_EQ(0UL, bad);
+
+	m2 = sample_mmap(fd, PAGE, 2 * PAGE);
+	ASSERT_NE(NULL, m2) TH_LOG("mmap at an offset: %s", strerror(errno));
+	EXPECT_EQ(0, memcmp(m2, m + 2 * PAGE, PAGE));
+	m2[7] ^= 0xff;
+	EXPECT_EQ(m2[7], m[2 * PAGE + 7]);
+
+	munmap(m2, PAGE);
+	munmap(m, len);
+	close(fd);
+}
+
+/*
+ * The mapping is the device memory: what the CPU writes into it, the edu engine copies out of
+ * the BAR, and what the engine copies into the BAR, the CPU reads.
+ */
+TEST_F(sample, mmap_is_the_bar)
+{
+	struct p2pbuf_buf s = { .fd = -1, .memfd = -1 };
+	int engine, fd, hd, hs;
+	size_t i, bad = 0;
+	uint8_t *m;
+
+	engine = open(DMA_DEV, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, engine) TH_LOG(DMA_DEV ": %s", strerror(errno));
+	ASSERT_EQ(0, p2pbuf_udmabuf_alloc(&s, PAGE));
+	hs = dma_import(engine, s.fd);
+	ASSERT_LT(0, hs);
+	fd = sample_export(self->dev, PAGE, 0);
+	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
+	hd = dma_import(engine, fd);
+	ASSERT_LT(0, hd) TH_LOG("engine import of the sample's buffer: %s", strerror(-hd));
+	m = sample_mmap(fd, PAGE, 0);
+	ASSERT_NE(NULL, m) TH_LOG("mmap: %s", strerror(errno));
+
+	ASSERT_EQ(0, sample_sync(fd, 1));
+	for (i = 0; i < PAGE; i++)
+		m[i] = (uint8_t)(i * 7 + 3) | 1;
+	ASSERT_EQ(0, sample_sync(fd, 0));
+	memset(s.map, 0, PAGE);
+	ASSERT_EQ((long)PAGE, dma_copy(engine, hd, hs, PAGE));
+	for (i = 0; i < PAGE; i++)
+		bad += s.map[i] != m[i];
+	EXPECT_EQ(0UL, bad) TH_LOG("the engine does not see what the CPU wrote");
+
+	for (i = 0; i < PAGE; i++)
+		s.map[i] = (uint8_t)(i * 11 + 1) | 2;
+	ASSERT_EQ((long)PAGE, dma_copy(engine, hs, hd, PAGE));
+	ASSERT_EQ(0, sample_sync(fd, 1));
+	bad = 0;
+	for (i = 0; i < PAGE; i++)
+		bad += m[i] != s.map[i];
+	EXPECT_EQ(0UL, bad) TH_LOG("the CPU does not see what the engine wrote");
+	EXPECT_EQ(0, sample_sync(fd, 0));
+
+	munmap(m, PAGE);
+	EXPECT_EQ(0, dma_release(engine, hd));
+	close(engine);
+	close(fd);
+	p2pbuf_buf_free(&s);
+}
+
+/*
+ * The mappings that are refused, all with EINVAL: beyond the buffer's end (the dma-buf core's
+ * check, before the sample is asked), and private (the sample's).
+ */
+TEST_F(sample, mmap_refused)
+{
+	uint8_t *m;
+	void *p;
+	int fd;
+
+	fd = sample_export(self->dev, 2 * PAGE, 0);
+	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
+	errno = 0;
+	EXPECT_EQ(NULL, sample_mmap(fd, 3 * PAGE, 0));
+	EXPECT_EQ(EINVAL, errno);
+	errno = 0;
+	EXPECT_EQ(NULL, sample_mmap(fd, 2 * PAGE, PAGE));
+	EXPECT_EQ(EINVAL, errno);
+	errno = 0;
+	EXPECT_EQ(NULL, sample_mmap(fd, PAGE, 2 * PAGE));
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	if (p != MAP_FAILED)
+		munmap(p, PAGE);
+	/* The last page, exactly: fits. */
+	m = sample_mmap(fd, PAGE, PAGE);
+	ASSERT_NE(NULL, m) TH_LOG("mmap of the last page: %s", strerror(errno));
+	EXPECT_EQ(0, probe_read(m));
+	munmap(m, PAGE);
+	close(fd);
+}
+
+/*
+ * Unbind with the buffer mapped, one page touched and one not: the revoke zaps the mapping, so
+ * both pages raise SIGBUS, DMA_BUF_IOCTL_SYNC fails with ENODEV (the memory is back in the
+ * pool) and a new mapping is refused with ENODEV.
+ */
+TEST_F(sample, unbind_revokes_mappings)
+{
+	uint8_t *m;
+	int fd, r;
+
+	fd = sample_export(self->dev, 2 * PAGE, 0);
+	ASSERT_LE(0, fd) TH_LOG("export: %s", strerror(-fd));
+	m = sample_mmap(fd, 2 * PAGE, 0);
+	ASSERT_NE(NULL, m) TH_LOG("mmap: %s", strerror(errno));
+	ASSERT_EQ(0, sample_sync(fd, 1));
+	m[0] = 0x5a;
+	ASSERT_EQ(0, probe_read(m));
+	ASSERT_EQ(0, sample_sync(fd, 0));
+
+	r = sysfs_write(SAMPLE_DRV "/unbind", self->pci);
+	ASSERT_EQ(0, r) TH_LOG("unbind: %s", strerror(-r));
+	EXPECT_EQ(SIGBUS, probe_read(m)) TH_LOG("the touched page is still mapped after unbind");
+	EXPECT_EQ(SIGBUS, probe_read(m + PAGE)) TH_LOG("an untouched page faulted in after unbind");
+	EXPECT_EQ(-ENODEV, sample_sync(fd, 1));
+	EXPECT_EQ(-ENODEV, sample_sync(fd, 0));
+	errno = 0;
+	EXPECT_EQ(NULL, sample_mmap(fd, PAGE, 0));
+	EXPECT_EQ(ENODEV, errno);
+
+	munmap(m, 2 * PAGE);
+	close(fd);
 }
 
 struct exporter_thread {

@@ -13,7 +13,8 @@
  *
  * Isolation: a tenant never reads what another left in the BAR (ALLOC zeroes; the flag that
  * skips it needs CAP_SYS_RAWIO; the PCI core's p2pmem/allocate, which hands out the same pool
- * unzeroed, is root's). The node for a group: with the owner and mode a udev rule gives it
+ * unzeroed until series 2 patch 1, is root's; it clears what it maps now, tested here too). The
+ * node for a group: with the owner and mode a udev rule gives it
  * (exporter-kmod/70-p2pbuf.rules: group p2pbuf, 0660), a member opens it and allocates with
  * no capability, anyone else gets EACCES.
  */
@@ -510,6 +511,135 @@ TEST_F(dmem, unbind_uncharges_and_rebind_registers_again)
 	ASSERT_EQ(1, write(h.go[1], &c, 1));
 	rc = wait_exit(pid);
 	EXPECT_EQ(0, rc) TH_LOG("the tenant failed at step %d (see across_body)", rc);
+	close(h.held[0]);
+	close(h.held[1]);
+	close(h.go[0]);
+	close(h.go[1]);
+}
+
+/*
+ * The pool is the PCI core's, shared with its own allocator: root's p2pmem/allocate (and nvmet
+ * once the provider is published). A range goes back to the pool as its user left it, so the
+ * allocator that maps it into a process must clear it first (series 2, patch 1). Tenant A
+ * writes a secret into 1 MiB and gives it back by each of the three ways a buffer's memory
+ * goes (close, REVOKE with the fd still open, kill -9); root then maps the same range through
+ * p2pmem/allocate (the pool is first-fit: the lowest free range of that size, checked through
+ * /proc/self/pagemap) and must read zeroes.
+ */
+enum give_back { BY_CLOSE, BY_REVOKE, BY_KILL };
+
+struct secret_arg {
+	struct seen *seen;
+	struct hold *hold;
+	enum give_back how;
+};
+
+static int give_back_body(int dev, void *p)
+{
+	struct secret_arg *a = p;
+	int fd = p2p_alloc(dev, MIB, 0, &a->seen->offset);
+	uint8_t *m;
+	char c = 1;
+
+	/* Only root's ends: if root goes, the read below ends. */
+	close(a->hold->held[0]);
+	close(a->hold->go[1]);
+	if (fd < 0)
+		return 10;
+	m = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return 11;
+	memset(m, 0x5a, MIB);
+	munmap(m, MIB);
+	if (a->how == BY_CLOSE)
+		close(fd);
+	if (a->how == BY_REVOKE && p2p_revoke(dev, fd))
+		return 12;
+	if (write(a->hold->held[1], &c, 1) != 1)
+		return 13;
+	if (a->how == BY_KILL)
+		pause();
+	/* BY_REVOKE: the fd stays open until root has looked. */
+	return read(a->hold->go[0], &c, 1) == 1 ? 0 : 14;
+}
+
+/* The BAR offset of the page mapped at @addr (root sees PFNs in pagemap); -1 if unknown. */
+static long long bar_offset_of(const void *addr, const char *pci, unsigned int bar)
+{
+	unsigned long long start = 0, entry = 0;
+	char path[160], line[160];
+	unsigned int i;
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", pci);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	for (i = 0; i <= bar && fgets(line, sizeof(line), f); i++)
+		start = strtoull(line, NULL, 16);
+	fclose(f);
+	fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (pread(fd, &entry, sizeof(entry), (uintptr_t)addr / 4096 * sizeof(entry)) !=
+	    sizeof(entry))
+		entry = 0;
+	close(fd);
+	if (!(entry >> 63) || !(entry & ((1ULL << 55) - 1)))
+		return -1;
+	return (long long)((entry & ((1ULL << 55) - 1)) * 4096 - start);
+}
+
+TEST_F(dmem, p2pmem_allocate_reads_no_tenants_data)
+{
+	static const char *const ways[] = { "close", "REVOKE (fd open)", "kill -9" };
+	struct seen *a = seen_map();
+	char p2pmem[160];
+	struct hold h;
+
+	ASSERT_NE(NULL, a);
+	ASSERT_EQ(0, pipe(h.held));
+	ASSERT_EQ(0, pipe(h.go));
+	snprintf(p2pmem, sizeof(p2pmem), "/sys/bus/pci/devices/%s/p2pmem/allocate",
+		 self->prov.pci_name);
+	for (int how = BY_CLOSE; how <= BY_KILL; how++) {
+		struct secret_arg arg = { a, &h, how };
+		long long got, nonzero = -1;
+		pid_t pid;
+		uint8_t *m;
+		char c = 0;
+		int pfd;
+
+		pid = tenant(A_CG, A_UID, self->dev, give_back_body, &arg);
+		ASSERT_GT(pid, 0);
+		ASSERT_EQ(1, read(h.held[0], &c, 1)) TH_LOG("%s: the tenant failed", ways[how]);
+		if (how == BY_KILL) {
+			ASSERT_EQ(0, kill(pid, SIGKILL));
+			ASSERT_EQ(128 + SIGKILL, wait_exit(pid));
+		}
+		pfd = open(p2pmem, O_RDWR | O_CLOEXEC);
+		ASSERT_LE(0, pfd) TH_LOG("%s: %s", p2pmem, strerror(errno));
+		m = mmap(NULL, MIB, PROT_READ, MAP_SHARED, pfd, 0);
+		ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap of %s: %s", p2pmem, strerror(errno));
+		got = bar_offset_of(m, self->prov.pci_name, self->prov.bar);
+		for (size_t i = 0; i < MIB && nonzero < 0; i++)
+			if (m[i])
+				nonzero = (long long)i;
+		munmap(m, MIB);
+		close(pfd);
+		if (how != BY_KILL) {
+			ASSERT_EQ(1, write(h.go[1], &c, 1));
+			EXPECT_EQ(0, wait_exit(pid));
+		}
+		TH_LOG("%s: the tenant wrote at BAR offset %#llx, p2pmem/allocate gave %#llx",
+		       ways[how], (unsigned long long)a->offset, (unsigned long long)got);
+		/* Not the same range: the check below would prove nothing. */
+		ASSERT_EQ((long long)a->offset, got);
+		EXPECT_EQ(-1, nonzero) TH_LOG("%s: the tenant's data at byte %lld of the range",
+					      ways[how], nonzero);
+	}
+	munmap(a, sizeof(*a));
 	close(h.held[0]);
 	close(h.held[1]);
 	close(h.go[0]);
