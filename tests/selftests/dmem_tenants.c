@@ -325,20 +325,35 @@ static struct seen *seen_map(void)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/*
+ * 1 MiB of device memory, written with @byte through a mapping (unmapped again); its BAR offset
+ * in @offset. The fd, or the step that failed, negated: -10 ALLOC, -11 mmap.
+ */
+static int write_secret(int dev, uint8_t byte, __u64 *offset)
+{
+	int fd = p2p_alloc(dev, MIB, 0, offset);
+	uint8_t *m;
+
+	if (fd < 0)
+		return -10;
+	m = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		close(fd);
+		return -11;
+	}
+	memset(m, byte, MIB);
+	munmap(m, MIB);
+	return fd;
+}
+
 /* Tenant A: 1 MiB written with a secret, closed: the range goes back to the pool. */
 static int secret_body(int dev, void *p)
 {
 	struct seen *s = p;
-	int fd = p2p_alloc(dev, MIB, 0, &s->offset);
-	uint8_t *m;
+	int fd = write_secret(dev, 0xa5, &s->offset);
 
 	if (fd < 0)
-		return 10;
-	m = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (m == MAP_FAILED)
-		return 11;
-	memset(m, 0xa5, MIB);
-	munmap(m, MIB);
+		return -fd;
 	close(fd);
 	return 0;
 }
@@ -537,20 +552,14 @@ struct secret_arg {
 static int give_back_body(int dev, void *p)
 {
 	struct secret_arg *a = p;
-	int fd = p2p_alloc(dev, MIB, 0, &a->seen->offset);
-	uint8_t *m;
+	int fd = write_secret(dev, 0x5a, &a->seen->offset);
 	char c = 1;
 
 	/* Only root's ends: if root goes, the read below ends. */
 	close(a->hold->held[0]);
 	close(a->hold->go[1]);
 	if (fd < 0)
-		return 10;
-	m = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (m == MAP_FAILED)
-		return 11;
-	memset(m, 0x5a, MIB);
-	munmap(m, MIB);
+		return -fd;
 	if (a->how == BY_CLOSE)
 		close(fd);
 	if (a->how == BY_REVOKE && p2p_revoke(dev, fd))

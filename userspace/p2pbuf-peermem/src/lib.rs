@@ -198,7 +198,7 @@ impl Call {
     unsafe fn pass(&self) -> *mut ibv_mr {
         let Some(f) = self.api.sym().get() else {
             debug!(
-                "{self}: no {} after this library in the lookup order (is libibverbs linked?): ENOSYS",
+                "{self}: no {} after this library in the lookup order nor in a loaded libibverbs.so.1 (is libibverbs linked or loaded?): ENOSYS",
                 self.api.sym().name()
             );
             set_errno(libc::ENOSYS);

@@ -1,6 +1,9 @@
 //! The real libibverbs functions, found after this library in the lookup order
 //! (`dlvsym(RTLD_NEXT, name, version)`, the version that a program built against rdma-core
-//! binds to; `dlsym` for a libibverbs without symbol versions).
+//! binds to; `dlsym` for a libibverbs without symbol versions), or, where libibverbs is not in
+//! the global scope, in the libibverbs already loaded: a library that a program `dlopen`s
+//! without `RTLD_GLOBAL` (UCX loads its IB transport, and with it libibverbs, that way) still
+//! binds its calls to this library first, but `RTLD_NEXT` cannot see its libibverbs.
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -22,7 +25,7 @@ pub type RegDmabufMr =
 pub type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
 
 /// One lazily resolved function. A failed lookup is retried next time (libibverbs may be
-/// loaded later, with `dlopen(RTLD_GLOBAL)`).
+/// loaded later).
 pub struct Sym {
     name: &'static CStr,
     version: &'static CStr,
@@ -58,12 +61,38 @@ impl Sym {
             p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
         }
         if p.is_null() {
+            p = self.in_loaded_libibverbs();
+        }
+        if p.is_null() {
             return None;
         }
         self.addr.store(p, Ordering::Release);
         Some(p)
     }
 }
+
+impl Sym {
+    /// The function in a libibverbs that is loaded but not in the global scope, or NULL. The
+    /// handle is kept (never `dlclose`d): the address is cached, so that libibverbs must stay.
+    fn in_loaded_libibverbs(&self) -> *mut c_void {
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD loads nothing, it only returns a handle
+        // (and a reference) to the library if it is already loaded.
+        let h = unsafe { libc::dlopen(LIBIBVERBS.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+        if h.is_null() {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: a handle from dlopen and NUL-terminated names.
+        let p = unsafe { libc::dlvsym(h, self.name.as_ptr(), self.version.as_ptr()) };
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: as above.
+        unsafe { libc::dlsym(h, self.name.as_ptr()) }
+    }
+}
+
+/// The soname of libibverbs.
+const LIBIBVERBS: &CStr = c"libibverbs.so.1";
 
 /// `ibv_reg_mr`.
 pub static REG_MR: Sym = Sym::new(c"ibv_reg_mr", c"IBVERBS_1.1");
