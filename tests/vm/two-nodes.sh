@@ -65,7 +65,7 @@ UAT=96M
 UPUTS="1M:0:81 2M:5M:82"
 # rc_verbs needs ud_verbs for its wire-up (with tcp instead, B's ucp_ep_create fails: "no
 # auxiliary transport ...: Unsupported operation"). B's UD endpoint timed out after UCX's 30 s
-# once (2026-12-07): 120 s, for the nodes' TCG.
+# once (2026-12-07), and after 120 s too: lost, not slow (the GIDs are printed below).
 UCX_ENV="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_TIMEOUT=120s"
 # The UCX put/get between the nodes is opt-in (--append p2pbuf.ucx=1): its first VM run failed
 # on B (exit 4, no RMA lane printed) and left A waiting (docs/rdma.md, "UCX"); ucx_info and
@@ -275,6 +275,10 @@ ucx_info_step() {
 	timeout 120 ucx_info -d >/tmp/ucx_info.txt 2>&1
 	_rc=$?
 	grep -E "Memory domain|Transport|Device" /tmp/ucx_info.txt | sed 's/^# */# /'
+	# The GIDs UD may pick from (B's UD wire-up to A timed out: which one does UCX use?).
+	for _g in 0 1 2 3; do
+		echo "# rxe0 GID $_g: $(cat /sys/class/infiniband/rxe0/ports/1/gids/$_g 2>/dev/null) $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$_g 2>/dev/null)"
+	done
 	if [ $_rc -eq 0 ] && grep -q "Device: rxe0:1" /tmp/ucx_info.txt &&
 		grep -q "Transport: rc_verbs" /tmp/ucx_info.txt && grep -q "Transport: ud_verbs" /tmp/ucx_info.txt; then
 		ok "ucx_info -d lists rxe0:1 with rc_verbs and ud_verbs ($(timeout 60 ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -1))"
