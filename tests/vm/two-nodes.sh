@@ -65,7 +65,8 @@ UAT=96M
 UPUTS="1M:0:81 2M:5M:82"
 # rc_verbs needs ud_verbs for its wire-up (with tcp instead, B's ucp_ep_create fails: "no
 # auxiliary transport ...: Unsupported operation"). B's UD endpoint timed out after UCX's 30 s
-# once (2026-12-07), and after 120 s too: lost, not slow (the GIDs are printed below).
+# once (2026-12-07), and after 120 s too: lost, not slow; also with UCX_IB_GID_INDEX=1 (the
+# IPv4 RoCE v2 GID; index 0 is the IPv6 link-local one, both printed below).
 UCX_ENV="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_TIMEOUT=120s"
 # The UCX put/get between the nodes is opt-in (--append p2pbuf.ucx=1): its first VM run failed
 # on B (exit 4, no RMA lane printed) and left A waiting (docs/rdma.md, "UCX"); ucx_info and
