@@ -134,4 +134,47 @@ mod tests {
             table.join("\n")
         );
     }
+
+    /// The per-tree table's `patches = N` is each series' count, as its `series.toml` says
+    /// and as its patch files are.
+    #[test]
+    fn series_md_patch_counts_match_the_series() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let doc = fs::read_to_string(root.join("docs/series.md")).unwrap_or_default();
+        let dir = root.join("linux/series");
+        let mut checked = 0;
+        let mut wrong = vec![];
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let files = fs::read_dir(e.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|f| f.path().extension().is_some_and(|x| x == "patch"))
+                .count();
+            let Some(row) = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+            else {
+                wrong.push(format!("{name}: no row in docs/series.md's per-tree table"));
+                continue;
+            };
+            let said = row
+                .split("patches = ")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<usize>().ok());
+            if said != Some(files) {
+                wrong.push(format!(
+                    "{name}: the doc says {said:?}, the series has {files}"
+                ));
+            }
+            checked += 1;
+        }
+        assert!(checked > 0, "no series under linux/series");
+        assert!(
+            wrong.is_empty(),
+            "docs/series.md's per-tree table: {wrong:#?}"
+        );
+    }
 }
