@@ -64,21 +64,26 @@ USIZE=8M
 UAT=96M
 UPUTS="1M:0:81 2M:5M:82"
 # rc_verbs needs ud_verbs for its wire-up (with tcp instead, B's ucp_ep_create fails: "no
-# auxiliary transport ...: Unsupported operation"). B's UD endpoint timed out after UCX's 30 s
-# once (2026-12-07), and after 120 s too: lost, not slow; also with UCX_IB_GID_INDEX=1 (the
-# IPv4 RoCE v2 GID; index 0 is the IPv6 link-local one, both printed below).
-UCX_ENV="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_TIMEOUT=120s"
-# The UCX put/get between the nodes is opt-in (--append p2pbuf.ucx=1): its first VM run failed
-# on B (exit 4, no RMA lane printed) and left A waiting (docs/rdma.md, "UCX"); ucx_info and
-# the refusal without the preload library run always.
+# auxiliary transport ...: Unsupported operation"). UCX_UD_VERBS_ETH_DGID_CHECK=n: UCX 1.13's
+# verbs UD transport takes a RoCE packet's IP version from the work completion's sl (mlx5's
+# convention: 2 for IPv4); rxe reports sl 0, so UCX reads an IPv4 packet's destination GID
+# from the wrong 16 bytes of the GRH area and drops every UD packet (UCX >= 1.18 reads the
+# version from the header itself, openucx/ucx#10209). Shown by p2pbuf.ucx=probe: with the
+# check, A's rxe0 counts B's packets (rcvd_pkts) and UCX creates no endpoint; without it, the
+# put and get pass (docs/rdma.md, "UCX").
+UCX_ENV="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n"
+# The UCX put/get between the nodes runs by default; p2pbuf.ucx=0 skips it (ucx_info and the
+# refusal without the preload library run always), p2pbuf.ucx=probe runs only the probe
+# below (a diagnostic run: everything else is skipped).
 UCX_ON=$(cmdline_arg ucx)
-UCX_OPT_IN="opt-in: --append p2pbuf.ucx=1 (not yet green on rxe)"
+[ -n "$UCX_ON" ] || UCX_ON=1
+UCX_OFF="p2pbuf.ucx=$UCX_ON on the kernel command line"
 # ucx_skip N: N skipped UCX results.
 ucx_skip() {
 	_i=0
 	while [ $_i -lt "$1" ]; do
 		_i=$((_i + 1))
-		ktap_skip "UCX put/get step $_i" "$UCX_OPT_IN"
+		ktap_skip "UCX put/get step $_i" "$UCX_OFF"
 	done
 }
 PEERMEM=/p2pbuf/lib/libp2pbuf_peermem.so
@@ -298,12 +303,7 @@ ucx_try_serve() {
 	# shellcheck disable=SC2086
 	sh -c 'renice -n 19 -p $$ >/dev/null; exec "$@"' sh env $UCX_ENV $1 LD_PRELOAD=$PEERMEM P2PBUF_PEERMEM_DEBUG=1 timeout 600 ucp-put-get serve --port $UPORT --size $USIZE --p2pbuf --at $UAT --timeout $WAIT >/tmp/ucx.out 2>/tmp/ucx.err &
 	_srv=$!
-	# By the clock: wait_for's 0.1 s steps cost a fork and exec each, seconds under TCG.
-	_t0=$(date +%s)
-	while [ $(($(date +%s) - _t0)) -lt 60 ]; do
-		grep -q "^listening on\|^MEM_MAP_FAILED" /tmp/ucx.out && return 0
-		sleep 2
-	done
+	wait_for /tmp/ucx.out "^listening on\|^MEM_MAP_FAILED" 60 && return 0
 	echo "# UCX: not listening after 60 s${1:+ with $1}; its threads:"
 	for _p in $(pidof ucp-put-get); do
 		for _t in /proc/$_p/task/*; do
@@ -321,6 +321,57 @@ ucx_try_serve() {
 	kill $(pidof ucp-put-get) 2>/dev/null
 	wait $_srv
 	return 1
+}
+# ucx_probe ROLE: what lay under B's UD wire-up timeout (p2pbuf.ucx=probe only; comments, not
+# results): plain UD between the two rxe devices (ibv_ud_pingpong on the IPv4 GID, A serving),
+# then UCX over the same transports on host memory without the preload library, once per
+# variant of UCX's settings in UCX_PROBES, with UCX's debug log of its UD endpoints (A's at
+# trace_data: its receive path), and the UDP and rxe counters after each.
+UDPP="ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 20"
+UCX_PROBES="UCX_UD_VERBS_ETH_DGID_CHECK=y,UCX_UD_VERBS_TIMEOUT=30s UCX_UD_VERBS_ETH_DGID_CHECK=n,UCX_UD_VERBS_TIMEOUT=30s"
+ucx_counters() {
+	echo "# probe: $(grep '^Udp:' /proc/net/snmp | tail -1)"
+	for _c in rcvd_pkts sent_pkts send_err rcvd_seq_err duplicate_request out_of_seq_request; do
+		printf '%s=%s ' $_c "$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/$_c 2>/dev/null)"
+	done | sed 's/^/# probe: rxe0 /'
+	echo
+}
+ucx_probe() {
+	if [ "$1" = a ]; then
+		say "UCX probe: $UDPP (server)"
+		timeout 150 $UDPP >/tmp/udpp.txt 2>&1
+		echo "# probe: ud_pingpong server exit $?"
+	else
+		_t0=$(date +%s)
+		while [ $(($(date +%s) - _t0)) -lt 120 ]; do
+			timeout 60 $UDPP "$PEER" >/tmp/udpp.txt 2>&1 && break
+			sleep 3
+		done
+		echo "# probe: ud_pingpong client exit after $(($(date +%s) - _t0)) s"
+	fi
+	comment /tmp/udpp.txt
+	ucx_counters
+	_port=$((UPORT + 1))
+	for _v in $UCX_PROBES; do
+		_venv="$UCX_ENV $(echo "$_v" | tr , ' ')"
+		if [ "$1" = a ]; then
+			say "UCX probe: host memory, no preload library, $_v (server, port $_port)"
+			# shellcheck disable=SC2086
+			env $_venv UCX_LOG_LEVEL=trace_data timeout 150 ucp-put-get serve --port $_port --size 4M --host-mem --timeout 120 >/tmp/uprobe.out 2>&1
+			echo "# probe: $_v: host-memory server exit $?"
+		else
+			say "UCX probe: host memory, no preload library, $_v (client, port $_port)"
+			# shellcheck disable=SC2086
+			env $_venv UCX_LOG_LEVEL=debug timeout 150 ucp-put-get client --server "$PEER:$_port" --timeout 120 1M:0:71 >/tmp/uprobe.out 2>&1
+			echo "# probe: $_v: host-memory client exit $?"
+		fi
+		echo "# probe: UCX log, $(wc -l </tmp/uprobe.out) lines; its UD, address and wire-up lines:"
+		grep -E "ud_ep|ud_iface|ah_attr|gid|wireup|connected|[Dd]rop|RX|CREQ|CREP|Fatal|ERROR|put_nbx|get_nbx|verified|MISMATCH|^done|^OK" /tmp/uprobe.out | grep -v "resending\|ca drop@" | head -60 | cut -c1-300 | sed 's/^/#   /'
+		echo "# probe: the last 12 lines:"
+		tail -12 /tmp/uprobe.out | cut -c1-300 | sed 's/^/#   /'
+		ucx_counters
+		_port=$((_port + 1))
+	done
 }
 # ucx_serve_steps: A's UCX part (see the top).
 ucx_serve_steps() {
@@ -391,7 +442,7 @@ ucx_serve_steps() {
 # ucx_client_steps: B's UCX part; sets $ucx for the report.
 ucx_client_steps() {
 	if [ "$UCX_ON" != 1 ]; then
-		ucx="UCX: skipped ($UCX_OPT_IN)"
+		ucx="UCX: skipped ($UCX_OFF)"
 		ucx_skip $(($(echo $UPUTS | wc -w) + 2))
 		return
 	fi
@@ -400,10 +451,14 @@ ucx_client_steps() {
 	env $UCX_ENV timeout 600 ucp-put-get client --server "$PEER:$UPORT" --timeout $WAIT $UPUTS >/tmp/ucxc.out 2>&1
 	_rc=$?
 	comment /tmp/ucxc.out
-	if grep -q "^# ep: .*rc_verbs.rxe0:1.*rma" /tmp/ucxc.out; then
-		ok "UCX chose rc_verbs on rxe0:1 for the endpoint's RMA lane (ucp_ep_print_info)"
+	# ucp_ep_print_info() right after ucp_ep_create(): the endpoint's one lane is rc_verbs on
+	# rxe0:1 (ud_verbs only for its wire-up), and put and get have a configuration (put[0],
+	# get[0]: zero-copy RDMA from 16 KiB and 945 bytes in the runs so far) on that lane.
+	if grep -q "^# ep: lane\[0\]: .*rc_verbs/rxe0:1[. ]" /tmp/ucxc.out && ! grep -q "^# ep: lane\[1\]" /tmp/ucxc.out &&
+		grep -q "^# ep: put\[0\]: .*<zcopy>" /tmp/ucxc.out && grep -q "^# ep: get\[0\]: .*<zcopy>" /tmp/ucxc.out; then
+		ok "UCX's endpoint: one lane, rc_verbs on rxe0:1, with zero-copy put and get (ucp_ep_print_info)"
 	else
-		fail "UCX: no RMA lane on rc_verbs and rxe0:1 in ucp_ep_print_info (exit $_rc)"
+		fail "UCX: want one lane, rc_verbs on rxe0:1, with zero-copy put and get in ucp_ep_print_info (exit $_rc)"
 	fi
 	_puts=0
 	for _w in $UPUTS; do
@@ -467,6 +522,12 @@ else
 fi
 fi_info_step
 ucx_info_step
+# p2pbuf.ucx=probe: the UCX probe alone, a diagnostic run (the rest is skipped).
+if [ "$UCX_ON" = probe ]; then
+	ucx_probe "$ROLE"
+	skip_rest "p2pbuf.ucx=probe: the UCX probe only"
+	exit 0
+fi
 
 if [ "$ROLE" = a ]; then
 	# Node A: device memory, registered, served.

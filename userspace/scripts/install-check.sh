@@ -117,5 +117,43 @@ run_checker() { # run_checker NAME ENV... -- ARGS...
 	run_checker "without it" -- --no-preload
 }
 
+# 6. The same checker as a library that a program dlopen()s without RTLD_GLOBAL, as UCX loads
+# its IB transport: libibverbs comes in with it outside the global scope, where the library's
+# dlvsym(RTLD_NEXT) cannot see it; the library must still pass host memory through (it once
+# answered ENOSYS, and UCX retried its receive pool for ever: docs/rdma.md, "UCX").
+LOCAL=$WORK/libcuda-peermem-check-local.so
+gcc -O2 -g0 -Wall -Wextra -Werror -fPIC -shared -isystem "$BUILD/include" -I"$STAGE/usr/include" \
+	-o "$LOCAL" "$ROOT"/userspace/p2pbuf-peermem/c/cuda_peermem_check*.c \
+	"$ROOT/userspace/p2pbuf-peermem/c/standin_provider.c" \
+	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
+cat > "$WORK/local-launcher.c" <<'LAUNCHER'
+/* Runs the main() of the library argv[1], loaded with RTLD_LOCAL. */
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+	void *h = argc > 1 ? dlopen(argv[1], RTLD_NOW | RTLD_LOCAL) : NULL;
+	int (*entry)(int, char **) = h ? (int (*)(int, char **))dlsym(h, "main") : NULL;
+
+	if (!entry) {
+		fprintf(stderr, "local-launcher: %s\n", dlerror());
+		return 2;
+	}
+	return entry(argc - 1, argv + 1);
+}
+LAUNCHER
+gcc -O2 -Wall -Wextra -Werror -o "$WORK/local-launcher" "$WORK/local-launcher.c" -ldl
+check "the checker as a library (-shared) and its RTLD_LOCAL launcher build" test -x "$WORK/local-launcher" -a -e "$LOCAL"
+if [ -x "$WORK/local-launcher" ] && [ -e "$LOCAL" ]; then
+	env LD_LIBRARY_PATH="$LIBS" LD_PRELOAD="$PREFIX/lib/libp2pbuf_peermem.so" \
+		"$WORK/local-launcher" "$LOCAL" --host-only > "$WORK/local.tap" 2> "$WORK/local.err"
+	rc=$?
+	sum=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$WORK/local.tap")
+	check "cuda-peermem-check --host-only loaded with RTLD_LOCAL (libibverbs outside the global scope), with the library: exit $rc, ${sum#\# }" \
+		eval "[ $rc = 0 ] && [[ '$sum' == *' 0 failed' ]] && ! grep -q '^not ok' '$WORK/local.tap'"
+	grep -E '^not ok' "$WORK/local.tap" | head -10 | sed 's/^/#   /'
+	[ ! -s "$WORK/local.err" ] || sed 's/^/#   stderr: /' "$WORK/local.err" | head -10
+fi
+
 echo "install-check: $passed passed, $failed failed"
 [ "$failed" = 0 ]

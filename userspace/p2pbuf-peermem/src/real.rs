@@ -52,42 +52,52 @@ impl Sym {
         if !p.is_null() {
             return Some(p);
         }
-        // SAFETY: dlvsym/dlsym with RTLD_NEXT and NUL-terminated names; they return an address
-        // or NULL.
-        let mut p =
-            unsafe { libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), self.version.as_ptr()) };
-        if p.is_null() {
-            // SAFETY: as above.
-            p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
-        }
-        if p.is_null() {
-            p = self.in_loaded_libibverbs();
-        }
-        if p.is_null() {
-            return None;
-        }
+        let p = self
+            .lookup_in(libc::RTLD_NEXT)
+            .or_else(|| self.lookup_in(loaded_libibverbs()?))?;
         self.addr.store(p, Ordering::Release);
         Some(p)
     }
-}
 
-impl Sym {
-    /// The function in a libibverbs that is loaded but not in the global scope, or NULL. The
-    /// handle is kept (never `dlclose`d): the address is cached, so that libibverbs must stay.
-    fn in_loaded_libibverbs(&self) -> *mut c_void {
-        // SAFETY: a NUL-terminated name; RTLD_NOLOAD loads nothing, it only returns a handle
-        // (and a reference) to the library if it is already loaded.
-        let h = unsafe { libc::dlopen(LIBIBVERBS.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-        if h.is_null() {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: a handle from dlopen and NUL-terminated names.
-        let p = unsafe { libc::dlvsym(h, self.name.as_ptr(), self.version.as_ptr()) };
+    /// The function in `handle` (`RTLD_NEXT` or a `dlopen` handle): the symbol version a
+    /// program built against rdma-core binds to, else the unversioned symbol (a libibverbs
+    /// built without symbol versions).
+    fn lookup_in(&self, handle: *mut c_void) -> Option<*mut c_void> {
+        // SAFETY: `handle` is RTLD_NEXT or a handle from dlopen that is never closed, and the
+        // names are NUL-terminated; dlvsym returns an address or NULL.
+        let p = unsafe { libc::dlvsym(handle, self.name.as_ptr(), self.version.as_ptr()) };
         if !p.is_null() {
-            return p;
+            return Some(p);
         }
         // SAFETY: as above.
-        unsafe { libc::dlsym(h, self.name.as_ptr()) }
+        let p = unsafe { libc::dlsym(handle, self.name.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+}
+
+/// A handle to the libibverbs that is loaded but not in the global scope (`RTLD_NOLOAD`: this
+/// loads nothing), or `None` if none is loaded yet. The handle is opened once and kept, never
+/// `dlclose`d: the functions found through it are cached, so libibverbs must stay.
+fn loaded_libibverbs() -> Option<*mut c_void> {
+    static HANDLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let h = HANDLE.load(Ordering::Acquire);
+    if !h.is_null() {
+        return Some(h);
+    }
+    // SAFETY: a NUL-terminated name; with RTLD_NOLOAD dlopen returns a handle (and a
+    // reference) only if the library is already loaded.
+    let h = unsafe { libc::dlopen(LIBIBVERBS.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return None;
+    }
+    match HANDLE.compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(h),
+        Err(kept) => {
+            // SAFETY: `h` is this call's own reference from dlopen above, not used after this;
+            // the library stays loaded through the reference `kept` holds.
+            unsafe { libc::dlclose(h) };
+            Some(kept)
+        }
     }
 }
 

@@ -31,6 +31,8 @@ const RDMA_TOOLS: &[&str] = &[
     "ibv_devinfo",
     "ibv_devices",
     "ibv_rc_pingpong",
+    // two-nodes.sh: plain UD between the nodes (under UCX's UD wire-up).
+    "ibv_ud_pingpong",
     "rping",
     "rdma_server",
     "rdma_client",
