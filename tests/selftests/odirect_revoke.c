@@ -396,6 +396,9 @@ static int stop_and_join(struct worker *w, int *stop, double deadline)
 /*
  * One round. 0: ran (rr filled), 1: the race did not get going (logged; not a result),
  * -1: the test must stop (a failure is recorded, or workers are stuck).
+ * Over 100 lines on purpose: one round in the order the race runs (the buffer, the readers
+ * started on it, their O_DIRECT pins warmed up, REVOKE, what each reader and the BAR saw, the
+ * pins given back); every step reads the round's buffer, readers and snapshots.
  */
 static int one_round(struct __test_metadata *_metadata, FIXTURE_DATA(odirect) *self, int round,
 		     struct worker *w, uint64_t *snap1, uint64_t *snap2, uint64_t *probe,

@@ -170,6 +170,8 @@ static void nonroot_phase2(const struct h2_cfg *c, int rp, struct nonroot_report
  *     although an unprivileged process holds mappings ("unbind hangs on page references").
  * The SCHED_FIFO amplifier (the revoking thread in 1, the unbinding process in 2) is set up
  * by root: in 1 before the privileges are dropped (the thread inherits it).
+ * Over 100 lines on purpose: the two phases are one story (the unbind of phase 1 runs while
+ * phase 1's process still holds its mappings), told in the order it happens.
  */
 TEST_F_TIMEOUT(races, h2_nonroot_mmap_vs_revoke_then_unbind, 300)
 {

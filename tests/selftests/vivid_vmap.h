@@ -78,6 +78,8 @@ struct bhdr {
  * stuck in the kernel keeps no pipe of the suite open) and waits at most secs for its answer.
  * A child that does not answer in time is left where it is (in D state it cannot be killed):
  * r->done is 0 then. 0 if the helper could be started, else -errno.
+ * Over 100 lines on purpose: fork, the child's side, and the parent's bounded wait share the
+ * pipe and the shared context, and each half only makes sense beside the other.
  */
 static int bounded_run(int (*fn)(void *arg, struct bctx *c), void *arg, double secs,
 		       struct bres *r)

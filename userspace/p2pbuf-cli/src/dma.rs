@@ -12,7 +12,7 @@ use p2pbuf::{Access, DmaBuf, Error};
 use serde::Serialize;
 
 use crate::output::print_json;
-use crate::verify::mismatches;
+use crate::verify::{mismatches, Mismatch};
 use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
@@ -122,6 +122,24 @@ pub struct CopyReport {
     pub verify: String,
 }
 
+/// The check of a copy: the destination's range holds the source's bytes (the lab pattern of
+/// `a.seed` from `a.src_offset`), everything around it is still the pattern of `dseed`; the
+/// first mismatch, if any.
+fn check_copy(dbuf: &DmaBuf, a: &CopyArgs, dseed: u32) -> p2pbuf::Result<Option<Mismatch>> {
+    let (src_offset, dst_offset, len, seed) = (a.src_offset, a.dst_offset, a.len, a.seed);
+    let m = dbuf.map(Access::Read)?;
+    let r = m.read()?;
+    let bad = mismatches(&r, |i| {
+        if i >= dst_offset && i < dst_offset + len {
+            pattern::byte((i - dst_offset + src_offset) as u64, seed.into())
+        } else {
+            pattern::byte(i as u64, dseed.into())
+        }
+    });
+    r.finish()?;
+    Ok(bad)
+}
+
 fn fill(buf: &DmaBuf, seed: u32) -> p2pbuf::Result<()> {
     let mut m = buf.map(Access::ReadWrite)?;
     let mut w = m.write()?;
@@ -172,21 +190,8 @@ pub fn run(c: DmaCmd, json: bool) -> p2pbuf::Result<()> {
     let _ = eng.release(si.handle);
     let _ = eng.release(di.handle);
     let done = done?;
-    // Verify: the range holds the source's bytes, everything around it is untouched.
-    let (src_offset, dst_offset, seed) = (a.src_offset, a.dst_offset, a.seed);
-    let bad = {
-        let m = dbuf.map(Access::Read)?;
-        let r = m.read()?;
-        let b = mismatches(&r, |i| {
-            if i >= dst_offset && i < dst_offset + len {
-                pattern::byte((i - dst_offset + src_offset) as u64, seed.into())
-            } else {
-                pattern::byte(i as u64, dseed.into())
-            }
-        });
-        r.finish()?;
-        b
-    };
+    let (src_offset, dst_offset) = (a.src_offset, a.dst_offset);
+    let bad = check_copy(dbuf, &a, dseed)?;
     let short = done.copied != len as u64;
     let ok = bad.is_none() && !short;
     let verify_text = match bad {

@@ -11,7 +11,7 @@ use p2pbuf::{Access, Error};
 use serde::Serialize;
 
 use crate::output::print_json;
-use crate::verify::{mib_per_s, mismatches};
+use crate::verify::{mib_per_s, mismatches, Mismatch};
 use p2pbuf::pattern;
 
 #[derive(Subcommand, Debug)]
@@ -114,8 +114,63 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
     let drive = p2pbuf::nvme::Drive::open(&dev, write)?;
     let mut mem = memory::alloc(&kind, len as u64)?;
     let info = mem.summary(&kind);
+    let (secs, verified) = transfer(
+        &drive,
+        &mut mem,
+        info.device_memory,
+        write,
+        offset,
+        len,
+        seed,
+    )?;
+    let seed0 = seed.unwrap_or(0);
+    let ok = !matches!(verified, Some(Some(_)));
+    let verify_text = match verified {
+        None => None,
+        Some(None) => Some(format!("all {len} bytes are seed {seed0}'s pattern")),
+        Some(Some((i, g, w, n))) => Some(format!(
+            "{n} byte(s) differ from seed {seed0}'s pattern, first at {i} (got {g:#04x}, want {w:#04x})"
+        )),
+    };
+    let report = NvmeReport {
+        op,
+        dev: &dev,
+        drive_size: drive.size(),
+        offset,
+        len,
+        bytes: len,
+        seconds: secs,
+        mib_per_s: mib_per_s(len as u64, secs),
+        buffer: &info,
+        device_memory: info.device_memory,
+        peer_to_peer: info.device_memory,
+        pattern_seed: seed,
+        verified: verified.map(|m| m.is_none()),
+        verify: verify_text.clone(),
+    };
+    if json {
+        print_json(&report);
+    } else {
+        print_text(&report);
+    }
+    let what = format!("verifying {len} bytes read from {}", dev.display());
+    crate::output::verdict(ok, json, what, || verify_text.unwrap_or_default())
+}
+
+/// The drive's transfer of `len` bytes at `offset` into or out of `mem` (the lab pattern of
+/// `seed` written into it first, for a write; checked against it after, for a read with a
+/// seed): the seconds the drive took, and for a checked read the first mismatch, if any.
+fn transfer(
+    drive: &p2pbuf::nvme::Drive,
+    mem: &mut Buffer,
+    device_memory: bool,
+    write: bool,
+    offset: usize,
+    len: usize,
+    seed: Option<u32>,
+) -> p2pbuf::Result<(f64, Option<Option<Mismatch>>)> {
     // Device memory with an aligned request: EINVAL/EREMOTEIO mean "no P2P path".
-    let p2p_aligned = info.device_memory && offset % 512 == 0 && len % 512 == 0;
+    let p2p_aligned = device_memory && offset % 512 == 0 && len % 512 == 0;
     let explain = |e: Error| {
         if p2p_aligned {
             p2pbuf::nvme::explain_p2p_refusal(e)
@@ -124,7 +179,7 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
         }
     };
     let seed0 = seed.unwrap_or(0);
-    let (secs, verified) = match &mut mem {
+    let moved = match mem {
         Buffer::Host(h) => {
             let b = &mut h.as_mut_slice()[..len];
             if write {
@@ -180,64 +235,44 @@ pub fn run(c: NvmeCmd, json: bool) -> p2pbuf::Result<()> {
             }
         }
     };
-    let ok = !matches!(verified, Some(Some(_)));
-    let verify_text = match verified {
-        None => None,
-        Some(None) => Some(format!("all {len} bytes are seed {seed0}'s pattern")),
-        Some(Some((i, g, w, n))) => Some(format!(
-            "{n} byte(s) differ from seed {seed0}'s pattern, first at {i} (got {g:#04x}, want {w:#04x})"
-        )),
-    };
-    if json {
-        print_json(&NvmeReport {
-            op,
-            dev: &dev,
-            drive_size: drive.size(),
-            offset,
-            len,
-            bytes: len,
-            seconds: secs,
-            mib_per_s: mib_per_s(len as u64, secs),
-            buffer: &info,
-            device_memory: info.device_memory,
-            peer_to_peer: info.device_memory,
-            pattern_seed: seed,
-            verified: verified.map(|m| m.is_none()),
-            verify: verify_text.clone(),
-        });
+    Ok(moved)
+}
+
+/// `p2pbuf nvme read/write` without `--json`: the report for people.
+fn print_text(r: &NvmeReport) {
+    let write = r.op == "write";
+    let (dir, prep) = if write {
+        ("drive <- buffer", "from")
     } else {
-        let (dir, prep) = if write {
-            ("drive <- buffer", "from")
+        ("drive -> buffer", "into")
+    };
+    println!(
+        "nvme {}: {} at offset {} of {} ({}), O_DIRECT, {dir}",
+        r.op,
+        human_size(r.len as u64),
+        r.offset,
+        r.dev.display(),
+        human_size(r.drive_size)
+    );
+    println!("  buffer:   {prep} {}", r.buffer.describe());
+    println!(
+        "  path:     {}",
+        if r.device_memory {
+            "peer-to-peer: the drive DMAs to/from the device's BAR (p2pdma pages, no bounce)"
         } else {
-            ("drive -> buffer", "into")
-        };
-        println!(
-            "nvme {op}: {} at offset {offset} of {} ({}), O_DIRECT, {dir}",
-            human_size(len as u64),
-            dev.display(),
-            human_size(drive.size())
-        );
-        println!("  buffer:   {prep} {}", info.describe());
-        println!(
-            "  path:     {}",
-            if info.device_memory {
-                "peer-to-peer: the drive DMAs to/from the device's BAR (p2pdma pages, no bounce)"
-            } else {
-                "system memory: the drive DMAs to/from RAM"
-            }
-        );
-        println!(
-            "  moved:    {len} bytes in {:.3} ms ({:.1} MiB/s)",
-            secs * 1e3,
-            mib_per_s(len as u64, secs)
-        );
-        if write {
-            println!("  pattern:  seed {seed0}");
+            "system memory: the drive DMAs to/from RAM"
         }
-        if let Some(t) = &verify_text {
-            println!("  verify:   {t}");
-        }
+    );
+    println!(
+        "  moved:    {} bytes in {:.3} ms ({:.1} MiB/s)",
+        r.len,
+        r.seconds * 1e3,
+        r.mib_per_s
+    );
+    if write {
+        println!("  pattern:  seed {}", r.pattern_seed.unwrap_or(0));
     }
-    let what = format!("verifying {len} bytes read from {}", dev.display());
-    crate::output::verdict(ok, json, what, || verify_text.unwrap_or_default())
+    if let Some(t) = &r.verify {
+        println!("  verify:   {t}");
+    }
 }

@@ -190,6 +190,9 @@ pub struct RevokeRaceReport<'a> {
 /// `reg --revoke-race N`: registrations racing a revoke of their buffer. The kernel must
 /// answer each with a registered MR (revoked later) or a documented errno, and say nothing
 /// on the console (xtask's scan): no WARN from a revoke that lands inside the registration.
+///
+/// Over 100 lines on purpose: the calibration, the racing loop and the tally share the device,
+/// the exporter and the outcomes, in the order the race runs.
 fn revoke_race(a: &RegArgs, n: u32, json: bool) -> p2pbuf::Result<()> {
     use std::collections::BTreeMap;
     use std::os::fd::AsFd;

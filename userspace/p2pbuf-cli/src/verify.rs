@@ -1,8 +1,12 @@
 //! Checking data against the lab pattern ([`p2pbuf::pattern`]) of `nvme write` and
 //! `dma copy`, and their throughput.
 
+/// A check's failure: the first index where the data differs, the byte there, the byte
+/// wanted, and how many bytes differ.
+pub type Mismatch = (usize, u8, u8, usize);
+
 /// Index and count of bytes where `data[i] != want(i)`.
-pub fn mismatches(data: &[u8], want: impl Fn(usize) -> u8) -> Option<(usize, u8, u8, usize)> {
+pub fn mismatches(data: &[u8], want: impl Fn(usize) -> u8) -> Option<Mismatch> {
     let mut first = None;
     let mut n = 0;
     for (i, b) in data.iter().enumerate() {

@@ -37,6 +37,11 @@
 
 #include "cuda_peermem_check.h"
 
+/*
+ * The checker: options, the stand-in provider's context, then each family of checks.
+ * Over 100 lines on purpose: it is the table of contents of the TAP output, each family of
+ * checks called in the order its lines come (the families live in the other files).
+ */
 int main(int argc, char **argv)
 {
 	struct ibv_context *ctx;

@@ -14,6 +14,11 @@
 #include "check_util.h"
 #include "cuda_peermem_check.h"
 
+/*
+ * The checks of one cuMemAlloc size.
+ * Over 100 lines on purpose: one allocation's checks in the order their TAP lines come, each
+ * reading the same allocation and the dma-buf range CUDA gives for it.
+ */
 void check_device_size(struct ibv_pd *pd, size_t size)
 {
 	CUdeviceptr d;

@@ -180,6 +180,8 @@ struct hello {
 /*
  * serve: the memory (p2pbuf device memory or host memory), mapped by UCP, offered to one
  * client and checked through the mapping on its request.
+ * Over 100 lines on purpose: the UCP calls in the order an application makes them (memory,
+ * ucp_mem_map, rkey, listen, serve, then the releases in reverse), as the example it is.
  */
 static int serve(int port, size_t size, int p2pbuf, size_t at)
 {

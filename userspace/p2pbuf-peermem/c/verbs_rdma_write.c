@@ -166,6 +166,12 @@ static long long mismatch(const volatile uint8_t *p, size_t len, unsigned int s)
 	return -1;
 }
 
+/*
+ * verbs-rdma-write: one RDMA WRITE with plain verbs.
+ * Over 100 lines on purpose: the program is the example docs/rdma.md points to, every verbs
+ * call in the order an application makes them (device, PD, memory, MR, CQ and QP, the
+ * exchange over TCP, the QP transitions, the WRITE and its check), with nothing to look up.
+ */
 int main(int argc, char **argv)
 {
 	struct ibv_device **list;

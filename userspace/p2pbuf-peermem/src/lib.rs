@@ -434,6 +434,10 @@ fn open_cuda(a: &cuda::DeviceAlloc, start: u64, len: u64) -> Result<(OwnedFd, St
 }
 
 /// Registers device memory through `ibv_reg_dmabuf_mr`.
+///
+/// Over 100 lines on purpose: the export (or the one already held for the same memory), the
+/// argument checks, the call and the fix-up of the MR's address are one registration, each step
+/// using what the one before found; every failure path gives the export back.
 unsafe fn register_device(c: &Call, src: Source) -> *mut ibv_mr {
     let addr = c.addr as u64;
     let (key, offset, desc) = match &src {

@@ -289,6 +289,9 @@ impl Surface {
     /// the format's subsampling does not divide, a stride below the row's bytes or not a
     /// multiple of the tile width (or that the chroma planes cannot share), a size that
     /// overflows 64 bits.
+    ///
+    /// Over 100 lines on purpose: the checks above in the order they depend on each other (format,
+    /// dimensions, subsampling, per-plane strides, sizes), each using what the one before computed.
     pub fn new(spec: SurfaceSpec) -> Result<Surface> {
         let what = format!(
             "surface {}x{} {}",

@@ -5,6 +5,8 @@
 //!   branches have left files unformatted before).
 //! - No in-VM test script assigns `_n`, the KTAP counter of `tests/vm/lib.sh` (a script that
 //!   counted its own steps in `_n` restarted the numbering of the results once).
+//! - No hand-written function (Rust or C) runs over [`LONG_FN`] lines unless the comment above
+//!   it says why, in a line with [`LONG_FN_REASON`].
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -101,6 +103,113 @@ fn assigns_counter(line: &str) -> bool {
     })
 }
 
+/// The most lines (from its signature to its closing brace) a function may have without a
+/// reason.
+const LONG_FN: usize = 100;
+/// What the comment above a longer function says (\"Over 100 lines on purpose: ...\"), with
+/// why it is not split.
+const LONG_FN_REASON: &str = "Over 100 lines";
+
+/// Where a function starts in a line of `lang` (`rs` or `c`), as its indentation; `None` for
+/// any other line. Rust: a `fn` item as rustfmt writes it (`pub`, `const`, `unsafe`,
+/// `extern "C"`, `async` before it). C: a definition at column 0 as kernel style writes it (a
+/// line opening a parameter list that ends with `)` and is not a declaration, a macro or a
+/// control statement).
+fn fn_start(lang: &str, line: &str) -> Option<usize> {
+    let indent = line.len() - line.trim_start().len();
+    let mut rest = line.trim_start();
+    if lang == "rs" {
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        rest = rest.strip_prefix("extern \"C\" ").unwrap_or(rest);
+        rest = rest.strip_prefix("unsafe ").unwrap_or(rest);
+        return rest.starts_with("fn ").then_some(indent);
+    }
+    let first = line.chars().next()?;
+    let control = [
+        "if", "for", "while", "switch", "return", "else", "do", "typedef",
+    ];
+    (indent == 0
+        && (first.is_ascii_alphabetic() || first == '_')
+        && line.contains('(')
+        && !line.trim_end().ends_with(';')
+        && !control.iter().any(|c| line.starts_with(c)))
+    .then_some(0)
+}
+
+/// The functions of `text` (in `lang`, see [`fn_start`]) longer than [`LONG_FN`] lines whose
+/// comment does not give [`LONG_FN_REASON`]: (first line, lines, the signature line).
+fn long_fns(lang: &str, text: &str) -> Vec<(usize, usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = vec![];
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(indent) = fn_start(lang, lines[i]) else {
+            i += 1;
+            continue;
+        };
+        // The body: from the line that opens it to the brace at the function's indentation.
+        let Some(open) = (i..lines.len().min(i + 20)).find(|&j| {
+            let t = lines[j].trim_end();
+            t.ends_with('{') || t.ends_with(';')
+        }) else {
+            i += 1;
+            continue;
+        };
+        if lines[open].trim_end().ends_with(';') {
+            i = open + 1;
+            continue;
+        }
+        let close = format!("{}}}", &lines[i][..indent]);
+        let Some(end) = (open + 1..lines.len()).find(|&j| lines[j].trim_end() == close) else {
+            i += 1;
+            continue;
+        };
+        let len = end - i + 1;
+        if len > LONG_FN {
+            let comment = lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| {
+                    let t = l.trim_start();
+                    t.starts_with("//")
+                        || t.starts_with("/*")
+                        || t.starts_with('*')
+                        || t.starts_with("#[")
+                })
+                .any(|l| l.contains(LONG_FN_REASON));
+            if !comment {
+                found.push((i + 1, len, lines[i].trim().to_string()));
+            }
+        }
+        i = end + 1;
+    }
+    found
+}
+
+/// The hand-written Rust and C files git tracks under `root` (generated bindings and the
+/// kernel series' patch files left out), relative to `root`.
+fn source_files(root: &Path) -> Result<Vec<String>> {
+    let out = Command::new("git")
+        .current_dir(root)
+        .args(["ls-files", "--", "*.rs", "*.c", "*.h"])
+        .output()
+        .context("git ls-files")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|f| !f.contains("/pregenerated/") && !f.starts_with("linux/"))
+        .map(String::from)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +277,48 @@ mod tests {
         let found = counter_assignments(&dir);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(found, ["tests/vm/tests/a.sh:2: _n=$((_n + 1))"]);
+    }
+
+    #[test]
+    fn no_long_function_without_a_reason() {
+        let root = root();
+        let mut found = vec![];
+        for f in source_files(&root).unwrap() {
+            let lang = if f.ends_with(".rs") { "rs" } else { "c" };
+            let text = std::fs::read_to_string(root.join(&f)).unwrap_or_default();
+            for (line, len, sig) in long_fns(lang, &text) {
+                found.push(format!("{f}:{line}: {len} lines: {sig}"));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "functions over {LONG_FN} lines whose comment does not say why (a line with \
+             \"{LONG_FN_REASON} on purpose: ...\"), or split them:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn long_functions_are_found_in_rust_and_c() {
+        let body = "    x();\n".repeat(LONG_FN);
+        let rs = format!("/// Doc.\npub fn a() {{\n{body}}}\n\nfn b() {{\n}}\n");
+        assert_eq!(
+            long_fns("rs", &rs),
+            [(2, LONG_FN + 2, "pub fn a() {".into())]
+        );
+        let why =
+            format!("/// Doc.\n/// {LONG_FN_REASON} a table.\n#[test]\nfn a() {{\n{body}}}\n");
+        assert!(long_fns("rs", &why).is_empty());
+        let nested = format!("impl X {{\n    pub(crate) unsafe fn a(\n        x: u8,\n    ) -> u8 {{\n{body}    }}\n}}\n");
+        assert_eq!(long_fns("rs", &nested).len(), 1);
+        let c = format!(
+            "static int main_loop(int argc,\n\t\t     char **argv)\n{{\n{body}}}\nint f(void);\n"
+        );
+        assert_eq!(
+            long_fns("c", &c),
+            [(1, LONG_FN + 4, "static int main_loop(int argc,".into())]
+        );
+        let short = "int f(void)\n{\n\treturn 0;\n}\n";
+        assert!(long_fns("c", short).is_empty());
     }
 }

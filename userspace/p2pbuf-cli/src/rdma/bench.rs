@@ -195,13 +195,21 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             ""
         }
     );
-    // WARMUP_ROUNDS unrecorded registrations of each kind first, at the first size when it is
-    // small (that is what they are for; a large first size, e.g. tests/vm/tests/large_rdma.sh's
-    // 5 or 64 GiB, would pay a second allocation), host memory only where --host-max allows: the first
-    // registrations pay for cold caches and first-use setup (the first dma-buf attachment of
-    // the rxe device to the provider's memory computes the p2pdma distance, once per client
-    // device; under QEMU TCG the first runs of a code path also pay its translation). The
-    // times of the first are printed (a diagnostic, not a sample).
+    warm_up(a, &pd, access)?;
+    for &size in &a.reg_sizes {
+        reg_size(a, &pd, access, size)?;
+    }
+    Ok(())
+}
+
+/// WARMUP_ROUNDS unrecorded registrations of each kind first, at the first size when it is
+/// small (that is what they are for; a large first size, e.g. tests/vm/tests/large_rdma.sh's
+/// 5 or 64 GiB, would pay a second allocation), host memory only where --host-max allows: the first
+/// registrations pay for cold caches and first-use setup (the first dma-buf attachment of
+/// the rxe device to the provider's memory computes the p2pdma distance, once per client
+/// device; under QEMU TCG the first runs of a code path also pay its translation). The
+/// times of the first are printed (a diagnostic, not a sample).
+fn warm_up(a: &BenchArgs, pd: &Pd, access: MrAccess) -> p2pbuf::Result<()> {
     if let Some(&size) = a.reg_sizes.first().filter(|&&s| s < SMALL_SIZE) {
         if let Ok(d) = device_mem(size, a.uninitialized) {
             for round in 0..WARMUP_ROUNDS {
@@ -239,101 +247,106 @@ fn bench_reg(a: &BenchArgs) -> p2pbuf::Result<()> {
             }
         }
     }
-    for &size in &a.reg_sizes {
-        // The buffers of this size; allocation and faulting-in are not timed.
-        let host_ok = a.host_max.is_none_or(|m| size <= m);
-        // Large points take seconds to minutes under TCG (allocating 64 GiB of device memory
-        // takes its 16 Mi page references; faulting in host memory): say where the run is.
-        let long = size >= 1 << 30;
-        let progress = |what: &str| {
-            if long {
-                println!("# progress: rdma_reg size={size}: {what}");
-                let _ = std::io::Write::flush(&mut std::io::stdout());
-            }
-        };
-        progress("allocating the buffers (not timed)");
-        let dmabuf = match device_mem(size, a.uninitialized) {
-            Ok(x) => Some(x),
-            Err(e) => {
-                println!("# rdma_reg size={size}: no p2pbuf buffer: {e}");
-                None
-            }
-        };
-        let mut host = match host_mem(size) {
-            _ if !host_ok => None,
-            Ok(b) => Some(b),
-            Err(e) => {
-                println!("# rdma_reg size={size}: no host buffer: {e}");
-                None
-            }
-        };
-        if let Some(h) = host.as_mut() {
-            fault_in(h);
+    Ok(())
+}
+
+/// One size of `rdma_reg`: its buffers, then `--reps` samples of each kind (the kinds
+/// alternating which goes first), and of never-touched host memory with `--cold`.
+fn reg_size(a: &BenchArgs, pd: &Pd, access: MrAccess, size: usize) -> p2pbuf::Result<()> {
+    // The buffers of this size; allocation and faulting-in are not timed.
+    let host_ok = a.host_max.is_none_or(|m| size <= m);
+    // Large points take seconds to minutes under TCG (allocating 64 GiB of device memory
+    // takes its 16 Mi page references; faulting in host memory): say where the run is.
+    let long = size >= 1 << 30;
+    let progress = |what: &str| {
+        if long {
+            println!("# progress: rdma_reg size={size}: {what}");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
         }
-        // Below SMALL_SIZE a sample is the median of SMALL_ROUNDS back-to-back registrations
-        // (registration and deregistration each their own median): one takes tens of
-        // microseconds, less than one preemption by the host's other work under TCG.
-        let rounds = if size < SMALL_SIZE { SMALL_ROUNDS } else { 1 };
-        for rep in 0..a.reps {
-            progress(&format!("repetition {}/{}", rep + 1, a.reps));
-            // The two kinds alternate which goes first at each repetition.
-            for dmabuf_turn in [rep % 2 == 0, rep % 2 != 0] {
-                let (kind, mut reg, mut dereg) = (
-                    if dmabuf_turn { "dmabuf" } else { "host" },
-                    Vec::new(),
-                    Vec::new(),
-                );
-                for _ in 0..rounds {
-                    if dmabuf_turn {
-                        let Some(d) = &dmabuf else { break };
-                        let r = time_reg(
-                            (&mut reg, &mut dereg),
-                            || pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access),
-                            |mr| mr.dereg(),
-                        )?;
-                        if let Err(e) = r {
-                            println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}");
-                            break;
-                        }
-                    } else {
-                        let Some(h) = host.take() else { break };
-                        let r = time_reg(
-                            (&mut reg, &mut dereg),
-                            || pd.reg_mr(h, access),
-                            |mr| mr.dereg(),
-                        )?;
-                        match r {
-                            Ok(h) => host = Some(h),
-                            Err(e) => {
-                                println!("# rdma_reg kind=host size={size} rep={rep}: {e}");
-                                break;
-                            }
-                        }
+    };
+    progress("allocating the buffers (not timed)");
+    let dmabuf = match device_mem(size, a.uninitialized) {
+        Ok(x) => Some(x),
+        Err(e) => {
+            println!("# rdma_reg size={size}: no p2pbuf buffer: {e}");
+            None
+        }
+    };
+    let mut host = match host_mem(size) {
+        _ if !host_ok => None,
+        Ok(b) => Some(b),
+        Err(e) => {
+            println!("# rdma_reg size={size}: no host buffer: {e}");
+            None
+        }
+    };
+    if let Some(h) = host.as_mut() {
+        fault_in(h);
+    }
+    // Below SMALL_SIZE a sample is the median of SMALL_ROUNDS back-to-back registrations
+    // (registration and deregistration each their own median): one takes tens of
+    // microseconds, less than one preemption by the host's other work under TCG.
+    let rounds = if size < SMALL_SIZE { SMALL_ROUNDS } else { 1 };
+    for rep in 0..a.reps {
+        progress(&format!("repetition {}/{}", rep + 1, a.reps));
+        // The two kinds alternate which goes first at each repetition.
+        for dmabuf_turn in [rep % 2 == 0, rep % 2 != 0] {
+            let (kind, mut reg, mut dereg) = (
+                if dmabuf_turn { "dmabuf" } else { "host" },
+                Vec::new(),
+                Vec::new(),
+            );
+            for _ in 0..rounds {
+                if dmabuf_turn {
+                    let Some(d) = &dmabuf else { break };
+                    let r = time_reg(
+                        (&mut reg, &mut dereg),
+                        || pd.reg_dmabuf_mr(0, size, 0, d.as_fd(), access),
+                        |mr| mr.dereg(),
+                    )?;
+                    if let Err(e) = r {
+                        println!("# rdma_reg kind=dmabuf size={size} rep={rep}: {e}");
+                        break;
                     }
-                }
-                print_reg_sample(kind, size, rep, rounds, (&mut reg, &mut dereg));
-            }
-            if a.cold && host_ok {
-                let (mut reg, mut dereg) = (Vec::new(), Vec::new());
-                for _ in 0..rounds {
-                    let h = host_mem(size)?;
+                } else {
+                    let Some(h) = host.take() else { break };
                     let r = time_reg(
                         (&mut reg, &mut dereg),
                         || pd.reg_mr(h, access),
                         |mr| mr.dereg(),
                     )?;
-                    if let Err(e) = r {
-                        println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}");
-                        break;
+                    match r {
+                        Ok(h) => host = Some(h),
+                        Err(e) => {
+                            println!("# rdma_reg kind=host size={size} rep={rep}: {e}");
+                            break;
+                        }
                     }
                 }
-                print_reg_sample("host_cold", size, rep, rounds, (&mut reg, &mut dereg));
             }
+            print_reg_sample(kind, size, rep, rounds, (&mut reg, &mut dereg));
         }
-        progress("freeing the buffers (not timed)");
-        drop(dmabuf);
-        drop(host);
+        if a.cold && host_ok {
+            let (mut reg, mut dereg) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let h = host_mem(size)?;
+                let r = time_reg(
+                    (&mut reg, &mut dereg),
+                    || pd.reg_mr(h, access),
+                    |mr| mr.dereg(),
+                )?;
+                if let Err(e) = r {
+                    println!("# rdma_reg kind=host_cold size={size} rep={rep}: {e}");
+                    break;
+                }
+            }
+            print_reg_sample("host_cold", size, rep, rounds, (&mut reg, &mut dereg));
+        }
     }
+    progress("freeing the buffers (not timed)");
+    drop(dmabuf);
+    drop(host);
+
     Ok(())
 }
 

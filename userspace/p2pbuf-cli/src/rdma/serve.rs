@@ -90,6 +90,10 @@ pub struct ClientOutcome {
     pub served: Option<session::Served>,
 }
 
+/// `p2pbuf rdma serve`: one server session.
+/// Over 100 lines on purpose: the session in the order it happens (listener, device, memory,
+/// registration, each client, the region's last check, the deregistration), each step's JSON
+/// and text report beside it.
 pub fn serve(a: ServeArgs, json: bool) -> p2pbuf::Result<()> {
     // The device first (without one there is nothing to serve), then the memory.
     let bind = SocketAddr::new(a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), a.port);

@@ -199,6 +199,10 @@ mod tests {
 
     /// `commit_patches` gives what `git am` gives (tree, author, date, message), in a private
     /// index: the tree's HEAD, index and files stay as they were.
+    ///
+    /// Over 100 lines on purpose: one scratch repository and its patches serve every case
+    /// (what `git am` would give, the same commits twice, the tree untouched, the sender's
+    /// trailers, the filled-in placeholder, a series on another base); its setup is a third.
     #[test]
     fn commits_patches_as_git_am_does_without_touching_the_tree() {
         if std::env::var_os("P2PBUF_KSRC").is_some() {
