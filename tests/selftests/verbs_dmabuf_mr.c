@@ -36,25 +36,6 @@ FIXTURE(verbs)
 	int p2p, fd;
 };
 
-/* The first RDMA device, opened; after adding rxe0 on eth0 when there is none. */
-static struct ibv_context *first_device(void)
-{
-	struct ibv_device **list;
-	struct ibv_context *ctx = NULL;
-	int n = 0;
-
-	list = ibv_get_device_list(&n);
-	if ((!list || !n) &&
-	    !system("ip link set eth0 up && rdma link add rxe0 type rxe netdev eth0 2>/dev/null")) {
-		ibv_free_device_list(list);
-		list = ibv_get_device_list(&n);
-	}
-	if (list && n)
-		ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	return ctx;
-}
-
 FIXTURE_SETUP(verbs)
 {
 	struct p2pbuf_alloc a = { .size = sizeof(a), .length = LEN };
@@ -62,7 +43,7 @@ FIXTURE_SETUP(verbs)
 	self->pd = NULL;
 	self->fd = -1;
 	self->p2p = open("/dev/p2pbuf", O_RDWR | O_CLOEXEC);
-	self->ctx = first_device();
+	self->ctx = verbs_first_device();
 	if (self->p2p < 0)
 		SKIP(return, "no /dev/p2pbuf: %s", strerror(errno));
 	if (!self->ctx)
@@ -151,112 +132,12 @@ TEST_F(verbs, reg_mr_of_a_pfn_mapping_is_refused)
 #define FENCE_BOUND_S 10.0
 #define MSG 4096
 
-/*
- * A RoCE v2 GID of port 1, the IPv4-mapped one if there is one, once the port is active;
- * its index, or -1.
- */
-static int roce_gid(struct ibv_context *ctx, union ibv_gid *gid)
-{
-	static const uint8_t v4[12] = { [10] = 0xff, [11] = 0xff };
-	struct ibv_port_attr pa = {};
-	struct ibv_gid_entry e;
-	double t0 = now();
-	int i, found = -1;
-
-	while (!ibv_query_port(ctx, 1, &pa) && pa.state != IBV_PORT_ACTIVE && now() - t0 < 10)
-		usleep(100000);
-	for (i = 0; i < pa.gid_tbl_len; i++) {
-		if (ibv_query_gid_ex(ctx, 1, i, &e, 0) || e.gid_type != IBV_GID_TYPE_ROCE_V2)
-			continue;
-		if (found < 0 || !memcmp(e.gid.raw, v4, sizeof(v4))) {
-			found = i;
-			*gid = e.gid;
-		}
-	}
-	return found;
-}
-
-/* Two RC QPs on one CQ, connected to each other through port 1 (rxe loops back). */
-struct qp_pair {
-	struct ibv_cq *cq;
-	struct ibv_qp *qp[2];
-};
-
-static void qp_pair_destroy(struct qp_pair *p)
-{
-	for (int i = 0; i < 2; i++)
-		if (p->qp[i])
-			ibv_destroy_qp(p->qp[i]);
-	if (p->cq)
-		ibv_destroy_cq(p->cq);
-	memset(p, 0, sizeof(*p));
-}
-
-static int qp_pair_create(struct ibv_pd *pd, struct qp_pair *p)
-{
-	struct ibv_qp_init_attr ia = {
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	union ibv_gid gid;
-	int gi = roce_gid(pd->context, &gid);
-
-	memset(p, 0, sizeof(*p));
-	if (gi < 0)
-		return -1;
-	p->cq = ibv_create_cq(pd->context, 8, NULL, NULL, 0);
-	if (!p->cq)
-		return -1;
-	ia.send_cq = ia.recv_cq = p->cq;
-	p->qp[0] = ibv_create_qp(pd, &ia);
-	p->qp[1] = ibv_create_qp(pd, &ia);
-	/* 4.096 us << 19 = 2.1 s: the requester does not give up before rxe's 1 s bound. */
-	if (!p->qp[0] || !p->qp[1] ||
-	    verbs_qp_connect(p->qp[0], p->qp[1]->qp_num, &gid, gi, 1, IBV_MTU_1024, 19) ||
-	    verbs_qp_connect(p->qp[1], p->qp[0]->qp_num, &gid, gi, 1, IBV_MTU_1024, 19)) {
-		qp_pair_destroy(p);
-		return -1;
-	}
-	return 0;
-}
-
-/* Posts an RDMA WRITE of src into (0, rkey) from the pair's first QP. */
-static int post_write(struct qp_pair *p, struct ibv_mr *src, uint32_t rkey)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = MSG, .lkey = src->lkey };
-	struct ibv_send_wr wr = {
-		.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
-		.send_flags = IBV_SEND_SIGNALED, .wr.rdma = { .remote_addr = 0, .rkey = rkey },
-	}, *bad;
-
-	return ibv_post_send(p->qp[0], &wr, &bad);
-}
-
-/* The status of the next completion, or -1 if none came within secs. */
-static int poll_status(struct qp_pair *p, double secs)
-{
-	struct ibv_wc wc;
-	double t0 = now();
-
-	do {
-		if (ibv_poll_cq(p->cq, 1, &wc) == 1)
-			return wc.status;
-		usleep(1000);
-	} while (now() - t0 < secs);
-	return -1;
-}
-
-static const char *wc_str(int st)
-{
-	return st < 0 ? "no completion" : ibv_wc_status_str(st);
-}
-
 /* Up to 10 s for the port, 10 s under the fence, 30 s for the write after it, the rest. */
 TEST_F_TIMEOUT(verbs, fence_does_not_stall_a_qp, 90)
 {
 	struct ibv_mr *mr, *src_mr;
 	int tl, fenced, after;
-	struct qp_pair p;
+	struct verbs_qp_pair p;
 	double t0, secs;
 	uint8_t *src, *map, saved[MSG];
 
@@ -278,38 +159,40 @@ TEST_F_TIMEOUT(verbs, fence_does_not_stall_a_qp, 90)
 	{
 		union ibv_gid gid;
 
-		if (roce_gid(self->ctx, &gid) < 0)
+		if (verbs_roce_gid(self->ctx, &gid) < 0)
 			SKIP(return, "no RoCE v2 GID on port 1");
 	}
-	ASSERT_EQ(0, qp_pair_create(self->pd, &p)) TH_LOG("two RC QPs: %s", strerror(errno));
+	ASSERT_EQ(0, verbs_qp_pair_create(self->pd, &p)) TH_LOG("two RC QPs: %s", strerror(errno));
 
 	PLANT_FENCE_OR_SKIP(tl, self->fd, 0);
 	/* No ASSERT until the fence is signalled: it would leave the responder waiting. */
 	t0 = now();
-	fenced = post_write(&p, src_mr, mr->rkey) ? -2 : poll_status(&p, FENCE_BOUND_S);
+	fenced = verbs_post_write(&p, src_mr, MSG, mr->rkey) ? -2 :
+							       verbs_poll_status(&p, FENCE_BOUND_S);
 	secs = now() - t0;
 	fence_signal(tl);
 	close(tl);
 	if (fenced == -1)
-		TH_LOG("after the fence signalled: %s", wc_str(poll_status(&p, 30)));
-	qp_pair_destroy(&p);
+		TH_LOG("after the fence signalled: %s", verbs_wc_str(verbs_poll_status(&p, 30)));
+	verbs_qp_pair_destroy(&p);
 
 	EXPECT_NE(-2, fenced) TH_LOG("ibv_post_send: %s", strerror(errno));
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, fenced)
 		TH_LOG("an RDMA WRITE into the MR under an unsignalled fence: %s after %.1f s",
-		       wc_str(fenced), secs);
+		       verbs_wc_str(fenced), secs);
 	EXPECT_GT(FENCE_BOUND_S, secs);
 	/* Not refused at once: rxe waited for its bound (1 s) first. */
 	EXPECT_LE(0.8, secs);
-	TH_LOG("under the fence: %s after %.2f s", wc_str(fenced), secs);
+	TH_LOG("under the fence: %s after %.2f s", verbs_wc_str(fenced), secs);
 	/* The refused write did not reach the memory. */
 	EXPECT_EQ(0, memcmp(map, saved, MSG));
 
 	/* The fence has signalled: the MR takes writes again, on a new pair of QPs. */
-	ASSERT_EQ(0, qp_pair_create(self->pd, &p));
-	after = post_write(&p, src_mr, mr->rkey) ? -2 : poll_status(&p, FENCE_BOUND_S);
-	qp_pair_destroy(&p);
-	EXPECT_EQ(IBV_WC_SUCCESS, after) TH_LOG("after the fence: %s", wc_str(after));
+	ASSERT_EQ(0, verbs_qp_pair_create(self->pd, &p));
+	after = verbs_post_write(&p, src_mr, MSG, mr->rkey) ? -2 :
+							      verbs_poll_status(&p, FENCE_BOUND_S);
+	verbs_qp_pair_destroy(&p);
+	EXPECT_EQ(IBV_WC_SUCCESS, after) TH_LOG("after the fence: %s", verbs_wc_str(after));
 	EXPECT_EQ(0, memcmp(map, src, MSG));
 	memcpy(map, saved, MSG);
 	munmap(map, MSG);
