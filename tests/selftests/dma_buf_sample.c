@@ -34,7 +34,7 @@
 
 #include "kselftest_harness.h"
 #include "p2pbuf_test.h"
-#include "verbs_qp.h"
+#include "verbs_pair.h"
 
 #define SAMPLE "rust_dma_buf_exporter"
 #define SAMPLE_DRV "/sys/bus/pci/drivers/" SAMPLE

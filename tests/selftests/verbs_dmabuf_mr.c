@@ -24,7 +24,7 @@
 
 #include "kselftest_harness.h"
 #include "races.h"
-#include "verbs_qp.h"
+#include "verbs_pair.h"
 
 #define LEN (1UL << 20)
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)

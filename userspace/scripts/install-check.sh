@@ -92,11 +92,18 @@ else
 fi
 
 # 5. The stand-in provider checker, host memory only, with the installed library and without.
+# build_checker OUT [GCC FLAGS...]: the checker and the stand-in provider, against the lab's
+# rdma-core.
+build_checker() {
+	local out=$1
+	shift
+	gcc -O2 -g0 -Wall -Wextra -Werror "$@" -isystem "$BUILD/include" -I"$STAGE/usr/include" \
+		-o "$out" "$ROOT"/userspace/p2pbuf-peermem/c/cuda_peermem_check*.c \
+		"$ROOT/userspace/p2pbuf-peermem/c/standin_provider.c" \
+		-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
+}
 CHECKER=$WORK/cuda-peermem-check
-gcc -O2 -g0 -Wall -Wextra -Werror -isystem "$BUILD/include" -I"$STAGE/usr/include" \
-	-o "$CHECKER" "$ROOT"/userspace/p2pbuf-peermem/c/cuda_peermem_check*.c \
-	"$ROOT/userspace/p2pbuf-peermem/c/standin_provider.c" \
-	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
+build_checker "$CHECKER"
 check "the checker and the stand-in provider build (gcc -Wall -Wextra -Werror)" test -x "$CHECKER"
 run_checker() { # run_checker NAME ENV... -- ARGS...
 	local name=$1 envs=()
@@ -122,10 +129,7 @@ run_checker() { # run_checker NAME ENV... -- ARGS...
 # dlvsym(RTLD_NEXT) cannot see it; the library must still pass host memory through (it once
 # answered ENOSYS, and UCX retried its receive pool for ever: docs/rdma.md, "UCX").
 LOCAL=$WORK/libcuda-peermem-check-local.so
-gcc -O2 -g0 -Wall -Wextra -Werror -fPIC -shared -isystem "$BUILD/include" -I"$STAGE/usr/include" \
-	-o "$LOCAL" "$ROOT"/userspace/p2pbuf-peermem/c/cuda_peermem_check*.c \
-	"$ROOT/userspace/p2pbuf-peermem/c/standin_provider.c" \
-	-L"$LIBS" -Wl,-rpath-link,"$LIBS" -libverbs -ldl -pthread
+build_checker "$LOCAL" -fPIC -shared
 cat > "$WORK/local-launcher.c" <<'LAUNCHER'
 /* Runs the main() of the library argv[1], loaded with RTLD_LOCAL. */
 #include <dlfcn.h>
