@@ -281,7 +281,7 @@ ucx_info_step() {
 	timeout 120 ucx_info -d >/tmp/ucx_info.txt 2>&1
 	_rc=$?
 	grep -E "Memory domain|Transport|Device" /tmp/ucx_info.txt | sed 's/^# */# /'
-	# The GIDs UD may pick from (B's UD wire-up to A timed out: which one does UCX use?).
+	# The GIDs UCX may pick from (it logs the index it uses: "using gid_index N").
 	for _g in 0 1 2 3; do
 		echo "# rxe0 GID $_g: $(cat /sys/class/infiniband/rxe0/ports/1/gids/$_g 2>/dev/null) $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$_g 2>/dev/null)"
 	done
@@ -293,18 +293,18 @@ ucx_info_step() {
 		fail "ucx_info -d: exit $_rc, want rxe0:1 with rc_verbs and ud_verbs"
 	fi
 }
-# ucx_try_serve ENV: A's server with the preload library and the extra UCX settings ENV, in
-# the background ($_srv); status 0 once it listens (or says ucp_mem_map failed). If it does
-# neither within 60 s: where each of its threads waits (state, wchan, system call, kernel
-# stack) and what it printed, as comments; then it is killed. It runs at nice 19: a server that
-# spins (the first runs did) would starve this script on the node's one CPU.
+# ucx_try_serve: A's server with the preload library, in the background ($_srv); status 0 once
+# it listens (or says ucp_mem_map failed). If it does neither within 60 s: where each of its
+# threads waits (state, wchan, system call, kernel stack) and what it printed, as comments;
+# then it is killed. It runs at nice 19: a server that spins (UCX retrying a failed
+# registration of its own pool did, 2026-12-07) would starve this script on the node's one CPU.
 ucx_try_serve() {
-	say "UCX: serve with the library${1:+ and $1}"
+	say "UCX: serve with the library"
 	# shellcheck disable=SC2086
-	sh -c 'renice -n 19 -p $$ >/dev/null; exec "$@"' sh env $UCX_ENV $1 LD_PRELOAD=$PEERMEM P2PBUF_PEERMEM_DEBUG=1 timeout 600 ucp-put-get serve --port $UPORT --size $USIZE --p2pbuf --at $UAT --timeout $WAIT >/tmp/ucx.out 2>/tmp/ucx.err &
+	sh -c 'renice -n 19 -p $$ >/dev/null; exec "$@"' sh env $UCX_ENV LD_PRELOAD=$PEERMEM P2PBUF_PEERMEM_DEBUG=1 timeout 600 ucp-put-get serve --port $UPORT --size $USIZE --p2pbuf --at $UAT --timeout $WAIT >/tmp/ucx.out 2>/tmp/ucx.err &
 	_srv=$!
 	wait_for /tmp/ucx.out "^listening on\|^MEM_MAP_FAILED" 60 && return 0
-	echo "# UCX: not listening after 60 s${1:+ with $1}; its threads:"
+	echo "# UCX: not listening after 60 s; its threads:"
 	for _p in $(pidof ucp-put-get); do
 		for _t in /proc/$_p/task/*; do
 			echo "# task ${_t##*/}: state $(cut -d' ' -f3 "$_t/stat"), utime/stime $(cut -d' ' -f14,15 "$_t/stat"), wchan $(cat "$_t/wchan"), syscall $(cat "$_t/syscall")"
@@ -396,23 +396,14 @@ ucx_serve_steps() {
 		return
 	fi
 	say "UCX: ucp-put-get serve with LD_PRELOAD=$PEERMEM; B puts and gets"
-	# The first runs never listened with the library (UCX's memory hooks and the library's own
-	# interposition of mmap meet there): if it does not, say where it waits, then try again
-	# with UCX's hooks off.
-	_how=none
-	for _e in "" "UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none"; do
-		if ucx_try_serve "$_e"; then
-			_how="${_e:-UCX defaults}"
-			break
-		fi
-	done
+	ucx_try_serve
 	_bar=$(sed -n 's/^memory: .* at BAR offset \(0x[0-9a-f]*\),.*/\1/p' /tmp/ucx.out)
 	if grep -q "^listening on" /tmp/ucx.out && grep -q "ibv_reg_dmabuf_mr(.*): registered" /tmp/ucx.err; then
-		ok "with LD_PRELOAD ($_how): ucp_mem_map of $USIZE of device memory at BAR offset $_bar: UCX's ibv_reg_mr became ibv_reg_dmabuf_mr ($(sed -n "s/.*UCP's memory type: \(.*\)/UCP's memory type \1/p" /tmp/ucx.out))"
+		ok "with LD_PRELOAD: ucp_mem_map of $USIZE of device memory at BAR offset $_bar: UCX's ibv_reg_mr became ibv_reg_dmabuf_mr ($(sed -n "s/.*UCP's memory type: \(.*\)/UCP's memory type \1/p" /tmp/ucx.out))"
 	else
 		comment /tmp/ucx.out
 		comment /tmp/ucx.err
-		fail "with LD_PRELOAD: ucp_mem_map of device memory through ibv_reg_dmabuf_mr, listening (tried: UCX's defaults, then its memory hooks off)"
+		fail "with LD_PRELOAD: ucp_mem_map of device memory through ibv_reg_dmabuf_mr, listening"
 	fi
 	wait $_srv
 	_rc=$?
