@@ -34,24 +34,10 @@
 
 #include "kselftest_harness.h"
 #include "p2pbuf_test.h"
+#include "dma_buf_sample.h"
 #include "verbs_pair.h"
 
-#define SAMPLE "rust_dma_buf_exporter"
-#define SAMPLE_DRV "/sys/bus/pci/drivers/" SAMPLE
-#define SAMPLE_DEV "/dev/rust-dma-buf-exporter"
-#define EXPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_exporter"
-#define DMA_DEV "/dev/p2pbuf-dma"
-#define IMPORTER_DRV "/sys/bus/pci/drivers/p2pbuf_dma"
-#define PAGE 4096UL
 
-/* The sample's uAPI, as its module documentation gives it. */
-struct rust_dma_buf_exporter_export {
-	__u64 size;
-	__u32 flags;
-	__s32 fd;
-};
-
-#define RUST_DMA_BUF_EXPORTER_EXPORT _IOWR('|', 0x90, struct rust_dma_buf_exporter_export)
 
 /* Modules this test loaded, to unload when it ends. */
 static int loaded_sample, loaded_importer, loaded_exporter;
@@ -70,13 +56,6 @@ __attribute__((destructor)) static void unload_modules(void)
 	p2pbuf_unload_module("p2pbuf_exporter", loaded_exporter);
 }
 
-/* EXPORT of size bytes with flags: the dma-buf fd, or -errno. */
-static int sample_export(int dev, __u64 size, __u32 flags)
-{
-	struct rust_dma_buf_exporter_export e = { .size = size, .flags = flags, .fd = -1 };
-
-	return ioctl(dev, RUST_DMA_BUF_EXPORTER_EXPORT, &e) ? -errno : e.fd;
-}
 
 /* DMA_BUF_IOCTL_SYNC of read/write access, start (start != 0) or end: 0 or -errno. */
 static int sample_sync(int fd, int start)
@@ -88,16 +67,6 @@ static int sample_sync(int fd, int start)
 	return ioctl(fd, DMA_BUF_IOCTL_SYNC, &s) ? -errno : 0;
 }
 
-/*
- * A shared read/write mapping of len bytes of dma-buf fd at offset: the address, or NULL with
- * errno set.
- */
-static uint8_t *sample_mmap(int fd, size_t len, off_t offset)
-{
-	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
-
-	return m == MAP_FAILED ? NULL : m;
-}
 
 static sigjmp_buf probe_jmp;
 static volatile sig_atomic_t probe_sig;
@@ -133,41 +102,6 @@ FIXTURE(sample)
 	int lent_bound;		/* it was bound to p2pbuf_dma before */
 };
 
-/* The driver_override file of PCI device `pci`. */
-static void override_path(char *path, size_t len, const char *pci)
-{
-	snprintf(path, len, "/sys/bus/pci/devices/%s/driver_override", pci);
-}
-
-/* Whether PCI device `pci` is bound to a driver, any driver. */
-static int has_driver(const char *pci)
-{
-	char path[512];
-
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver", pci);
-	return access(path, F_OK) == 0;
-}
-
-/*
- * Takes PCI device `pci` from the sample if the sample has it, then binds it to `drv` (a
- * driver's sysfs directory; NULL: none) if that driver is loaded and does not have it yet.
- */
-static void return_device(struct __test_metadata *_metadata, const char *pci, const char *drv)
-{
-	char path[512];
-
-	snprintf(path, sizeof(path), SAMPLE_DRV "/%s", pci);
-	if (access(path, F_OK) == 0)
-		EXPECT_EQ(0, sysfs_write(SAMPLE_DRV "/unbind", pci));
-	if (!drv || access(drv, F_OK))
-		return;
-	snprintf(path, sizeof(path), "%s/%s", drv, pci);
-	if (access(path, F_OK) == 0)
-		return;
-	snprintf(path, sizeof(path), "%s/bind", drv);
-	EXPECT_EQ(0, sysfs_write(path, pci));
-}
-
 /*
  * Gives a device lent to the sample back: no override, and to p2pbuf_dma if it was bound
  * there. Also from the teardown: a test stopped half-way does not leave the engine without its
@@ -181,7 +115,7 @@ static void give_back(struct __test_metadata *_metadata, FIXTURE_DATA(sample) *s
 		return;
 	override_path(path, sizeof(path), self->lent);
 	EXPECT_EQ(0, sysfs_write(path, "\n"));
-	return_device(_metadata, self->lent, self->lent_bound ? IMPORTER_DRV : NULL);
+	return_device(_metadata, SAMPLE_DRV, self->lent, self->lent_bound ? IMPORTER_DRV : NULL);
 	self->lent[0] = 0;
 }
 
@@ -201,13 +135,9 @@ FIXTURE_SETUP(sample)
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", self->pci);
 	ASSERT_EQ(0, p2pbuf_bar_range(path, 2, &lo, &hi));
 	self->bar = hi - lo;
-	snprintf(path, sizeof(path), EXPORTER_DRV "/%s", self->pci);
-	if (access(path, F_OK) == 0) {
-		r = sysfs_write(EXPORTER_DRV "/unbind", self->pci);
-		ASSERT_EQ(0, r) TH_LOG("unbind from p2pbuf_exporter: %s", strerror(-r));
-	}
-	r = sysfs_write(SAMPLE_DRV "/bind", self->pci);
-	ASSERT_EQ(0, r) TH_LOG("bind %s to " SAMPLE ": %s", self->pci, strerror(-r));
+	r = lend_device(self->pci, EXPORTER_DRV, SAMPLE_DRV);
+	ASSERT_EQ(0, r) TH_LOG("move %s from p2pbuf_exporter to " SAMPLE ": %s", self->pci,
+			       strerror(-r));
 	self->dev = open(SAMPLE_DEV, O_RDWR | O_CLOEXEC);
 	ASSERT_LE(0, self->dev) TH_LOG(SAMPLE_DEV ": %s", strerror(errno));
 }
@@ -217,7 +147,7 @@ FIXTURE_TEARDOWN(sample)
 {
 	p2pbuf_close(&self->dev);
 	give_back(_metadata, self);
-	return_device(_metadata, self->pci, EXPORTER_DRV);
+	return_device(_metadata, SAMPLE_DRV, self->pci, EXPORTER_DRV);
 }
 
 /* Every errno of the sample's documentation, and nothing handed out on failure. */

@@ -266,10 +266,10 @@ static inline unsigned long cmdline_ul(const char *key, unsigned long def)
 }
 
 /*
- * insmod /lib/modules/p2pbuf/NAME.ko unless module NAME is loaded: 1 if this loaded it (the
- * caller unloads it when done), 0 if it was loaded already or has no .ko, or insmod failed.
+ * insmod /lib/modules/p2pbuf/NAME.ko PARAMS unless module NAME is loaded: 1 if this loaded it
+ * (the caller unloads it when done), 0 if it was loaded already or has no .ko, or insmod failed.
  */
-static inline int p2pbuf_load_module(const char *name)
+static inline int p2pbuf_load_module_params(const char *name, const char *params)
 {
 	char path[256], cmd[512];
 
@@ -279,8 +279,14 @@ static inline int p2pbuf_load_module(const char *name)
 	snprintf(path, sizeof(path), "/lib/modules/p2pbuf/%s.ko", name);
 	if (access(path, F_OK))
 		return 0;
-	snprintf(cmd, sizeof(cmd), "insmod %s", path);
+	snprintf(cmd, sizeof(cmd), "insmod %s %s", path, params);
 	return system(cmd) == 0;
+}
+
+/* p2pbuf_load_module_params() without parameters. */
+static inline int p2pbuf_load_module(const char *name)
+{
+	return p2pbuf_load_module_params(name, "");
 }
 
 /* rmmod NAME if p2pbuf_load_module() loaded it (loaded != 0); complains if that fails. */

@@ -59,9 +59,10 @@ const TOPOLOGY_AWARE: &[&str] = &[TOPO_PREFIX, "lab_topology", "cli_2_nvme", "cl
 
 /// Tests (name prefixes) that only the p2pbuf-dma-icount boot runs: the p2pbuf_dma suite, the
 /// large engine copies (tests/selftests/p2pbuf_dma_large.c, up to 64 MiB = 32,788 transfers) and
-/// the in-tree exporter sample, whose data goes through the engine (dma_buf_sample.c; named so
-/// that it runs before p2pbuf_dma_large: its exports zero the whole BAR, where
-/// p2pbuf_dma_large leaves a pattern for the host check).
+/// the in-tree exporter and importer samples, whose data goes through the engine
+/// (dma_buf_sample.c, dma_buf_sample_importer.c; named so that they run before
+/// p2pbuf_dma_large: their exports zero the BAR, where p2pbuf_dma_large leaves a pattern for the
+/// host check).
 const P2PBUF_DMA_TESTS: &[&str] = &["p2pbuf_dma", "dma_buf_sample"];
 
 /// Tests (name prefixes) that only the large-bar boot runs: buffers larger than 4 GiB
