@@ -7,8 +7,8 @@
 #ifndef P2PBUF_VERBS_QP_H
 #define P2PBUF_VERBS_QP_H
 
+#include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 #include <infiniband/verbs.h>
 
 /*
@@ -20,41 +20,55 @@ static inline int verbs_qp_connect(struct ibv_qp *qp, uint32_t dest, const union
 				   uint8_t gid_index, uint8_t port, enum ibv_mtu mtu,
 				   uint8_t timeout)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = port,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+	struct {
+		struct ibv_qp_attr attr;
+		int mask;
+	} steps[] = {
+		{
+			{
+				.qp_state = IBV_QPS_INIT,
+				.port_num = port,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+			},
+			IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+		},
+		{
+			{
+				.qp_state = IBV_QPS_RTR,
+				.path_mtu = mtu,
+				.dest_qp_num = dest,
+				.max_dest_rd_atomic = 1,
+				.min_rnr_timer = 12,
+				.ah_attr = {
+					.is_global = 1,
+					.grh = { .dgid = *gid, .sgid_index = gid_index, .hop_limit = 1 },
+					.port_num = port,
+				},
+			},
+			IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+		},
+		{
+			{
+				.qp_state = IBV_QPS_RTS,
+				.timeout = timeout,
+				.retry_cnt = 7,
+				.rnr_retry = 7,
+				.max_rd_atomic = 1,
+			},
+			IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+		},
 	};
+	size_t i;
 	int ret;
 
-	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			    IBV_QP_ACCESS_FLAGS);
-	if (ret)
-		return ret;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = mtu;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = port;
-	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-			    IBV_QP_MIN_RNR_TIMER);
-	if (ret)
-		return ret;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = timeout;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		ret = ibv_modify_qp(qp, &steps[i].attr, steps[i].mask);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 #endif /* P2PBUF_VERBS_QP_H */
