@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <linux/types.h>
 
@@ -204,6 +205,45 @@ TEST_F(sample, second_device_busy)
 	EXPECT_EQ(-EBUSY, r) TH_LOG("bind of a second device: %s", strerror(-r));
 	fd = sample_export(self->dev, PAGE, 0);
 	ASSERT_LE(0, fd) TH_LOG("export after the refused bind: %s", strerror(-fd));
+	close(fd);
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * A signal while the sample clears a new buffer (the whole BAR: 2 MiB at a time, with a signal
+ * check between chunks) ends the export with EINTR when the handler does not restart calls,
+ * and hands nothing out: the whole BAR exports again afterwards. With zero() instead of
+ * zero_interruptible() the export always completes.
+ */
+TEST_F(sample, signal_interrupts_the_clear)
+{
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+	struct itimerval every = { .it_interval = { 0, 500 }, .it_value = { 0, 500 } };
+	struct itimerval stop = { 0 };
+	int i, fd, interrupted = 0;
+
+	sigemptyset(&sa.sa_mask);
+	ASSERT_EQ(0, sigaction(SIGALRM, &sa, &old));
+	for (i = 0; i < 10 && !interrupted; i++) {
+		ASSERT_EQ(0, setitimer(ITIMER_REAL, &every, NULL));
+		fd = sample_export(self->dev, self->bar, 0);
+		setitimer(ITIMER_REAL, &stop, NULL);
+		if (fd == -EINTR) {
+			interrupted = 1;
+			continue;
+		}
+		ASSERT_LE(0, fd) TH_LOG("export under signals: %s", strerror(-fd));
+		close(fd);
+	}
+	sigaction(SIGALRM, &old, NULL);
+	EXPECT_TRUE(interrupted) TH_LOG("10 exports of the whole BAR, a signal every 0.5 ms: "
+					"none interrupted");
+	fd = sample_export(self->dev, self->bar, 0);
+	ASSERT_LE(0, fd) TH_LOG("the whole BAR after an interrupted export: %s", strerror(-fd));
 	close(fd);
 }
 
