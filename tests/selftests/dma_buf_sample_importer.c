@@ -70,7 +70,7 @@ static size_t pattern_misses(const uint8_t *p, size_t len, size_t from)
 	return bad;
 }
 
-FIXTURE(importer)
+FIXTURE(sample_importer)
 {
 	char ivshmem[64];	/* lent to rust_dma_buf_exporter */
 	char edu[64];		/* lent to rust_dma_buf_importer */
@@ -80,7 +80,7 @@ FIXTURE(importer)
 };
 
 /* Lends ivshmem and edu to the samples, opens both, and allocates two udmabufs. */
-FIXTURE_SETUP(importer)
+FIXTURE_SETUP(sample_importer)
 {
 	int r;
 
@@ -107,7 +107,7 @@ FIXTURE_SETUP(importer)
 }
 
 /* Gives the devices back to p2pbuf_dma and p2pbuf_exporter, whatever the test left. */
-FIXTURE_TEARDOWN(importer)
+FIXTURE_TEARDOWN(sample_importer)
 {
 	p2pbuf_buf_free(&self->a);
 	p2pbuf_buf_free(&self->b);
@@ -118,7 +118,7 @@ FIXTURE_TEARDOWN(importer)
 }
 
 /* Every errno of the sample's documentation; a refused copy writes nothing. */
-TEST_F(importer, bad_arguments)
+TEST_F(sample_importer, bad_arguments)
 {
 	int a = self->a.fd, b = self->b.fd;
 	size_t i, changed = 0;
@@ -156,7 +156,7 @@ TEST_F(importer, bad_arguments)
  * engine steps) at odd offsets: the bytes arrive in the BAR (read through the buffer's mapping)
  * and come back; the bytes around the ranges are untouched.
  */
-TEST_F(importer, copies_through_device_memory)
+TEST_F(sample_importer, copies_through_device_memory)
 {
 	size_t len = 2 * PAGE + 123, i, outside = 0;
 	uint8_t *m;
@@ -191,7 +191,7 @@ TEST_F(importer, copies_through_device_memory)
  * The exporter revokes (its device unbinds) while the importer holds the fd: every copy to or
  * from the buffer fails with ENODEV, and copies between other buffers still work.
  */
-TEST_F(importer, exporter_unbind_revokes)
+TEST_F(sample_importer, exporter_unbind_revokes)
 {
 	int d, r;
 
@@ -226,7 +226,7 @@ static void *run_copy(void *arg)
  * for the step in flight, the copy ends with ENODEV, and nothing is reported on the console
  * (the boot fails on any KASAN, lockdep or DMA-API report).
  */
-TEST_F_TIMEOUT(importer, exporter_unbind_during_copy, 300)
+TEST_F_TIMEOUT(sample_importer, exporter_unbind_during_copy, 300)
 {
 	struct p2pbuf_buf big = { .fd = -1, .memfd = -1 };
 	struct copy_job job = { .dev = self->dev, .len = 1 << 20 };
@@ -269,7 +269,7 @@ static int reload_importer(const char *edu, const char *params)
  * below 4 GiB; the lab's model reaches 64 bits, so without the check (a mutant) the bytes
  * arrived in the BAR.
  */
-TEST_F(importer, wide_address_refused)
+TEST_F(sample_importer, wide_address_refused)
 {
 	unsigned long long lo, hi;
 	char path[512];
@@ -310,7 +310,7 @@ TEST_F(importer, wide_address_refused)
  * misc device is gone, and the buffers the copies used are not held (their fds close as
  * usual).
  */
-TEST_F(importer, importer_unbind)
+TEST_F(sample_importer, importer_unbind)
 {
 	int r;
 
