@@ -251,12 +251,9 @@ TEST_F_TIMEOUT(sample_importer, exporter_unbind_during_copy, 300)
 /* Unbinds edu from the importer sample and loads the sample again with `params`: 0 or -1. */
 static int reload_importer(const char *edu, const char *params)
 {
-	char cmd[256];
-
 	if (sysfs_write(SAMPLE_IMPORTER_DRV "/unbind", edu))
 		return -1;
-	snprintf(cmd, sizeof(cmd), "rmmod " SAMPLE_IMPORTER);
-	if (system(cmd))
+	if (system("rmmod " SAMPLE_IMPORTER))
 		return -1;
 	/* Its driver registration binds edu, which no driver has now. */
 	return p2pbuf_load_module_params(SAMPLE_IMPORTER, params) == 1 ? 0 : -1;
